@@ -1,0 +1,1 @@
+"""Built-in benchmark definitions (YAML), installed as ``pytest_vlaeval.benchmarks``."""

@@ -1,0 +1,152 @@
+"""Episodes as pytest items: ``<benchmark>-<split>::<ENV_ID>::<seed>``, one per (task, seed).
+
+The episode runs in ``setup`` and its verdict is checked in ``call``: anything the harness
+could not do is therefore a pytest *error* (and a failed setup everywhere: terminal, junitxml,
+``--lf``), and only a finished episode without success is a *failure*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vlaeval.errors import EpisodeError, EpisodeFailed
+from pytest_vlaeval.record import ERROR, EpisodeRecord
+from pytest_vlaeval.runner import EpisodeRunner
+from pytest_vlaeval.spec import Selection, Task
+
+RECORD_ATTR = "vla_record"
+"""Attribute of a TestReport that carries the episode's record (a JSON-safe dict)."""
+
+
+def split_node_name(benchmark: str, split: str) -> str:
+    return f"{benchmark}-{split}"
+
+
+def parse_nodeid(nodeid: str) -> tuple[str, int] | None:
+    """(env_id, seed) of an episode node id, or None for any other node."""
+    parts = nodeid.split("::")
+    if len(parts) != 3 or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2])
+
+
+class EpisodeItem(pytest.Item):
+    def __init__(self, *, task: Task, seed: int, index: int, runner: EpisodeRunner, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.seed = seed
+        self.index = index
+        self.runner = runner
+        self.record: EpisodeRecord | None = None
+        for marker in task.marker_names:
+            self.add_marker(marker)
+
+    def setup(self) -> None:
+        self.record = self.runner.run(self.task, self.seed, self.index)
+        if self.record.outcome == ERROR:
+            raise EpisodeError(self.record.message)
+
+    def runtest(self) -> None:
+        assert self.record is not None
+        if not self.record.success:
+            raise EpisodeFailed(self.record.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, EpisodeFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.task.env_id} seed {self.seed}"
+
+
+class TaskNode(pytest.Collector):
+    def __init__(self, *, task: Task, selection: Selection, runner: EpisodeRunner, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.selection = selection
+        self.runner = runner
+
+    def collect(self) -> Iterator[EpisodeItem]:
+        for index, seed in enumerate(self.selection.seeds):
+            yield EpisodeItem.from_parent(
+                self, name=str(seed), task=self.task, seed=seed, index=index, runner=self.runner
+            )
+
+
+class SplitNode(pytest.Collector):
+    def __init__(self, *, tasks: list[Task], selection: Selection, runner: EpisodeRunner, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tasks = tasks
+        self.selection = selection
+        self.runner = runner
+
+    def collect(self) -> Iterator[TaskNode]:
+        for task in self.tasks:
+            yield TaskNode.from_parent(self, name=task.env_id, task=task, selection=self.selection, runner=self.runner)
+
+
+class BenchmarkCollection:
+    """Replaces the session's collection with the benchmark's episodes."""
+
+    def __init__(self, selection: Selection, runner: EpisodeRunner) -> None:
+        self.selection = selection
+        self.runner = runner
+
+    def pytest_ignore_collect(self, collection_path: Path) -> bool:
+        return True  # the user's own test files are not part of an evaluation
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        report = yield
+        if isinstance(collector, pytest.Session):
+            report.result.extend(self._split_nodes(collector))
+        return report
+
+    def _split_nodes(self, session: pytest.Session) -> list[SplitNode]:
+        by_split: dict[str, list[Task]] = {}
+        for task in self.selection.tasks:
+            by_split.setdefault(task.split, []).append(task)
+        return [
+            SplitNode.from_parent(
+                session,
+                name=split_node_name(self.selection.benchmark.name, split),
+                nodeid=split_node_name(self.selection.benchmark.name, split),
+                tasks=tasks,
+                selection=self.selection,
+                runner=self.runner,
+            )
+            for split, tasks in by_split.items()
+        ]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Benchmark order (task, then seed), whatever a shuffling plugin did before us."""
+        order = {task.env_id: i for i, task in enumerate(self.selection.tasks)}
+        items.sort(key=lambda item: (order[item.task.env_id], item.seed) if isinstance(item, EpisodeItem) else (-1, 0))
+
+    def pytest_unconfigure(self) -> None:
+        self.runner.close_env()
+
+
+class EpisodeReports:
+    """Puts each episode's record on the report that settles it (setup error or call), and
+    shows an episode error as its one-line message, the original traceback as a section."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        record = getattr(item, "record", None)
+        if not isinstance(item, EpisodeItem) or record is None:
+            return report
+        if call.when == "setup" and report.failed and call.excinfo and call.excinfo.errisinstance(EpisodeError):
+            report.longrepr = record.message
+            if record.detail:
+                report.sections.append(("episode error traceback", record.detail))
+        if call.when == "call" or (call.when == "setup" and report.failed):
+            setattr(report, RECORD_ATTR, record.to_dict())
+        return report

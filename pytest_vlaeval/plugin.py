@@ -1,0 +1,53 @@
+"""pytest entry point: options, and nothing else until ``--benchmark`` is given.
+
+This module is imported by every pytest run in an environment where the package is installed,
+so it imports only pytest and the standard library. With ``--benchmark`` it registers the
+session plugins that do the work:
+
+- ``collect.BenchmarkCollection``: the benchmark's episodes become the session's items;
+- ``collect.EpisodeReports``: each episode's record rides on its test report;
+- ``controller.ResultsController`` (controller process only): records -> store -> canonical
+  JSON, terminal summary.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+DEFAULT_RESULTS = "results"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vlaeval", "VLA policy evaluation (pytest-vlaeval)")
+    group.addoption(
+        "--benchmark",
+        metavar="NAME",
+        help="evaluate a benchmark: a split (short|medium|long|all), NAME[:SPLIT] (mikasa:short), "
+        "or a benchmark YAML file[:SPLIT]. Without it the plugin does nothing.",
+    )
+    group.addoption(
+        "--policy", metavar="SPEC", help="module:attr (class or factory), or a built-in: random, zero [random]"
+    )
+    group.addoption("--episodes", type=int, metavar="N", help="episodes per task [benchmark's protocol: 50]")
+    group.addoption(
+        "--vla-start-seed", type=int, metavar="SEED", help="seed of episode 0; episode i uses SEED+i [4242424242]"
+    )
+    group.addoption("--vla-tasks", metavar="IDS", help="comma-separated env ids to evaluate (within the split)")
+    group.addoption("--vla-results", metavar="DIR", help=f"output root; each run writes DIR/<run>/ [{DEFAULT_RESULTS}]")
+    group.addoption(
+        "--vla-render",
+        choices=("auto", "gpu", "cpu"),
+        help="simulation/render backend: gpu when a CUDA device is present under auto, else software Vulkan [auto]",
+    )
+    parser.addini("vla_policy", "default for --policy", default="random")
+    parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)
+    parser.addini("vla_render", "default for --vla-render", default="auto")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("benchmark"):
+        return
+    from pytest_vlaeval.session import start
+
+    start(config)

@@ -1,0 +1,59 @@
+"""The per-episode record: what a worker sends to the controller and what the store keeps.
+
+Records travel inside pytest reports (through execnet under xdist) and as JSON lines on disk,
+so ``to_dict`` yields builtin types only and ``from_dict`` accepts exactly that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+SUCCESS = "success"
+FAILURE = "failure"
+ERROR = "error"
+OUTCOMES = (SUCCESS, FAILURE, ERROR)
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    task: str
+    seed: int
+    outcome: str
+    success: bool | None
+    episode_return: float | None
+    length: int | None
+    message: str
+    wall_time: float
+    worker: str
+    time: str
+    attempt: int = 1
+    error_kind: str | None = None
+    chunk_size: int | None = None
+    model: dict[str, Any] | None = None
+    render_backend: str | None = None
+    detail: str | None = None
+    """For errors raised by the policy or simulator: the original traceback."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.task, self.seed
+
+    @property
+    def completed(self) -> bool:
+        """Completed episodes count toward success rates; errors never do."""
+        return self.outcome != ERROR
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EpisodeRecord:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def outcome_message(success: bool, length: int, episode_return: float) -> str:
+    verdict = "success" if success else "no success"
+    where = "within" if success else "in"
+    return f"{verdict} {where} {length} steps, return {episode_return:.3f}"

@@ -1,0 +1,140 @@
+"""The canonical output schema and the success-rate formulas: the one place that owns both.
+
+Per task ``<ENV_ID>.json`` and ``summary.json`` carry every field of the benchmark's reference
+runner under the same names; our extra fields (coverage, errors, intervals) are additions.
+Success rates count completed episodes only: an episode the harness could not evaluate is
+reported as an error, never as a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pytest_vlaeval.record import EpisodeRecord
+from pytest_vlaeval.spec import Selection, Task
+
+
+def mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) -> dict[str, Any]:
+    """One task's canonical JSON from its records (one per seed, any order)."""
+    benchmark = selection.benchmark
+    done = sorted((r for r in records if r.completed), key=lambda r: r.seed)
+    errors = sorted((r for r in records if not r.completed), key=lambda r: r.seed)
+    successes = [bool(r.success) for r in done]
+    returns = [float(r.episode_return) for r in done]
+    described = next((r for r in done + errors if r.model is not None), None)
+    return {
+        "env_id": task.env_id,
+        "split": task.split.title(),
+        "memory_type": task.memory_type,
+        "start_seed": selection.start_seed,
+        "n_episodes": len(done),
+        "successes": successes,
+        "returns": returns,
+        "sr": mean(successes),
+        "mean_return": mean(returns),
+        "benchmark_commit": benchmark.benchmark_commit,
+        "control_mode": benchmark.env.options.get("control_mode"),
+        "obs_mode": benchmark.env.options.get("obs_mode"),
+        "wrapper_chain": benchmark.env.options.get("wrapper_chain"),
+        "action_chunk_size": described.chunk_size if described else None,
+        "model": described.model if described else {},
+        "episode_lengths": [int(r.length) for r in done],
+        "episode_seeds": [r.seed for r in done],
+        # Additions to the reference schema.
+        "n_expected": selection.episodes,
+        "n_errors": len(errors),
+        "errors": [{"seed": r.seed, "message": r.message} for r in errors],
+        "complete": len(done) == selection.episodes,
+        "render_backend": described.render_backend if described else None,
+    }
+
+
+def summary(
+    selection: Selection, records: dict[tuple[str, int], EpisodeRecord], *, interrupted: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Summary and per-task results over the run's whole episode universe.
+
+    Split SR and memory-type SR are means of per-task SRs (not pooled over episodes), over the
+    tasks that have at least one completed episode; ``partial`` says when that is not all.
+    """
+    universe = selection.episode_ids
+    records = {key: records[key] for key in universe if key in records}
+    by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
+    for record in records.values():
+        by_task[record.task].append(record)
+    per_task = [
+        task_result(task, by_task[task.env_id], selection)
+        for task in selection.tasks
+        if any(r.completed for r in by_task[task.env_id])
+    ]
+    per_task_sr = {r["env_id"]: r["sr"] for r in per_task}
+    by_memory: dict[str, list[float]] = defaultdict(list)
+    by_split: dict[str, list[float]] = defaultdict(list)
+    for result in per_task:
+        by_memory[result["memory_type"]].append(result["sr"])
+        by_split[result["split"]].append(result["sr"])
+    completed = [r for r in records.values() if r.completed]
+    errored = [r for r in records.values() if not r.completed]
+    n_missing = len(universe) - len(records)
+    splits = {result["split"] for result in per_task}
+    first = per_task[0] if per_task else {}
+    body = {
+        "split": splits.pop() if len(splits) == 1 else "Custom",
+        "sr_split": mean(per_task_sr.values()) if per_task else None,
+        "sr_per_memory_type": {m: mean(v) for m, v in sorted(by_memory.items())},
+        "tasks": list(per_task_sr),
+        "per_task_sr": per_task_sr,
+        "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
+        # Additions to the reference schema.
+        "benchmark": selection.benchmark.title,
+        "benchmark_version": selection.benchmark.version,
+        "benchmark_commit": selection.benchmark.benchmark_commit,
+        "selected_split": selection.split,
+        "sr_per_split": {s: mean(v) for s, v in by_split.items()},
+        "start_seed": selection.start_seed,
+        "n_episodes_per_task": selection.episodes,
+        "canonical_protocol": selection.is_canonical,
+        "action_chunk_size": first.get("action_chunk_size"),
+        "model": first.get("model", {}),
+        "render_backend": first.get("render_backend"),
+        "privileged_info_to_policy": False,
+        "n_tasks_expected": len(selection.tasks),
+        "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],
+        "n_expected": len(universe),
+        "n_completed": len(completed),
+        "n_errors": len(errored),
+        "n_missing": n_missing,
+        "errored_episodes": [{"task": r.task, "seed": r.seed, "message": r.message} for r in errored],
+        "partial": interrupted or len(completed) != len(universe),
+        "interrupted": interrupted,
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    return body, per_task
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write via a temp file and rename, so a reader or a crash never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,130 @@
+"""Worker side: one policy and at most one live env per process, turning an episode into a record.
+
+The env is kept while consecutive episodes belong to the same task (a build costs seconds, a
+reset a fraction of one) and closed before the next task's env is built, so a worker's memory
+does not grow with the number of tasks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import Any
+
+from pytest_vlaeval import assets
+from pytest_vlaeval.episode import run_episode
+from pytest_vlaeval.errors import AssetMissing, EnvError, EpisodeError, PolicyError
+from pytest_vlaeval.policy import Policy, build_policy, describe_policy
+from pytest_vlaeval.record import ERROR, FAILURE, SUCCESS, EpisodeRecord, outcome_message
+from pytest_vlaeval.spec import Selection, Task
+
+
+class EpisodeRunner:
+    def __init__(self, selection: Selection, policy_spec: str, render_request: str) -> None:
+        self.selection = selection
+        self.policy_spec = policy_spec
+        self.render_request = render_request
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self.env_builds = 0
+        self._policy: Policy | None = None
+        self._policy_error: PolicyError | None = None
+        self._env: Any = None
+        self._env_task: str | None = None
+        self._env_error: EnvError | None = None
+
+    def run(self, task: Task, seed: int, episode_index: int) -> EpisodeRecord:
+        """Run one episode; every harness-side problem becomes an error record, never a failure."""
+        started = time.perf_counter()
+        fields: dict[str, Any] = {}
+        try:
+            policy = self.policy()
+            fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec))
+            env = self.env_for(task)
+            try:
+                result = run_episode(
+                    env,
+                    policy,
+                    task=task.env_id,
+                    seed=seed,
+                    episode_index=episode_index,
+                    action_dim=self.selection.benchmark.env.action_dim,
+                    policy_obs_keys=self.selection.benchmark.env.policy_obs_keys,
+                )
+            except EnvError:
+                self.close_env()  # a simulator that failed mid-episode is not trusted again
+                raise
+        except EpisodeError as exc:
+            detail = "".join(traceback.format_exception(exc.__cause__)) if exc.__cause__ else None
+            return self._record(
+                task, seed, started, outcome=ERROR, message=str(exc), error_kind=exc.kind, detail=detail, **fields
+            )
+        return self._record(
+            task,
+            seed,
+            started,
+            outcome=SUCCESS if result.success else FAILURE,
+            success=result.success,
+            episode_return=result.episode_return,
+            length=result.length,
+            message=outcome_message(result.success, result.length, result.episode_return),
+            **fields,
+        )
+
+    def policy(self) -> Policy:
+        if self._policy_error is not None:
+            raise self._policy_error
+        if self._policy is None:
+            try:
+                self._policy = build_policy(self.policy_spec, self.selection.benchmark.env.action_dim)
+            except PolicyError as exc:
+                self._policy_error = exc
+                raise
+        return self._policy
+
+    def env_for(self, task: Task) -> Any:
+        if self._env_task == task.env_id:
+            if self._env_error is not None:
+                raise self._env_error
+            return self._env
+        self.close_env()
+        self._env_task = task.env_id
+        try:
+            self._check_assets(task)
+            self._env = self._factory()(task, self.selection.benchmark, self.render_request)
+        except EnvError as exc:
+            self._env_error = exc
+            raise
+        self.env_builds += 1
+        return self._env
+
+    def close_env(self) -> None:
+        env, self._env, self._env_task, self._env_error = self._env, None, None, None
+        if env is not None:
+            env.close()
+
+    def _check_assets(self, task: Task) -> None:
+        for name in task.assets:
+            reason = assets.problem(name, self.selection.benchmark.assets[name])
+            if reason:
+                raise AssetMissing(f"{task.env_id} cannot run: {reason}")
+
+    def _factory(self) -> Any:
+        module_name, _, attr = self.selection.benchmark.env.factory.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def _record(self, task: Task, seed: int, started: float, **fields: Any) -> EpisodeRecord:
+        return EpisodeRecord(
+            task=task.env_id,
+            seed=seed,
+            success=fields.pop("success", None),
+            episode_return=fields.pop("episode_return", None),
+            length=fields.pop("length", None),
+            wall_time=round(time.perf_counter() - started, 3),
+            worker=self.worker,
+            time=datetime.now(timezone.utc).isoformat(),
+            render_backend=getattr(self._env, "render_backend", None),
+            **fields,
+        )

@@ -1,0 +1,222 @@
+"""Benchmark specs: what a benchmark file says, which tasks a run selects, and the seed rule.
+
+A benchmark is a YAML file (see ``benchmarks/``). Built-in ones are addressed by name
+(``mikasa``), a split by ``short``/``mikasa:short``, and a user's own file by its path.
+This module imports nothing heavy: the plugin loads specs at every ``--benchmark`` start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pytest_vlaeval.errors import SpecError
+
+DEFAULT_BENCHMARK = "mikasa"
+ALL_SPLITS = "all"
+
+
+@dataclass(frozen=True)
+class Task:
+    env_id: str
+    split: str
+    memory_type: str
+    max_steps: int
+    instruction: str
+    assets: tuple[str, ...] = ()
+
+    @property
+    def marker_names(self) -> tuple[str, str]:
+        """Markers for ``-m`` selection: the split and the lower-cased memory type."""
+        return self.split, self.memory_type.lower()
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """How to build an env; passed verbatim to the benchmark's env factory."""
+
+    factory: str
+    action_dim: int
+    policy_obs_keys: tuple[str, ...]
+    preflight: str | None = None
+    """A module run as ``python -m MODULE RENDER`` before a session; non-zero exit stops it."""
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    title: str
+    version: str
+    benchmark_commit: str | None
+    env: EnvSettings
+    start_seed: int
+    episodes: int
+    assets: dict[str, dict[str, Any]]
+    tasks: tuple[Task, ...]
+    source: str
+    digest: str
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(task.split for task in self.tasks))
+
+    @property
+    def memory_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(task.memory_type for task in self.tasks))
+
+    def task(self, env_id: str) -> Task:
+        for task in self.tasks:
+            if task.env_id == env_id:
+                return task
+        raise SpecError(
+            f"unknown task {env_id!r} in benchmark {self.name!r}; valid: {_names(t.env_id for t in self.tasks)}"
+        )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The episode universe of a run: which tasks, which seeds."""
+
+    benchmark: Benchmark
+    split: str
+    tasks: tuple[Task, ...]
+    start_seed: int
+    episodes: int
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The canonical seed rule: episode i of every task uses ``start_seed + i``."""
+        return tuple(self.start_seed + i for i in range(self.episodes))
+
+    @property
+    def episode_ids(self) -> list[tuple[str, int]]:
+        return [(task.env_id, seed) for task in self.tasks for seed in self.seeds]
+
+    @property
+    def is_canonical(self) -> bool:
+        """True when seeds and episode count are the benchmark's own protocol."""
+        return self.start_seed == self.benchmark.start_seed and self.episodes == self.benchmark.episodes
+
+
+def builtin_benchmarks() -> dict[str, Path]:
+    """Built-in benchmark files, by name (the file's stem)."""
+    root = resources.files("pytest_vlaeval.benchmarks")
+    return {Path(e.name).stem: Path(str(e)) for e in root.iterdir() if e.name.endswith(".yaml")}
+
+
+def resolve_benchmark(value: str) -> tuple[Benchmark, str]:
+    """Resolve ``short`` / ``mikasa:short`` / ``mikasa`` / ``path.yaml[:split]`` to (benchmark, split)."""
+    if _is_path(value):
+        name, split = _split_path_arg(value)
+        path = Path(name)
+        if not path.is_file():
+            raise SpecError(f"benchmark file {name!r} not found")
+        return load_benchmark(path), split or ALL_SPLITS
+    builtins = builtin_benchmarks()
+    name, _, split = value.partition(":")
+    if name in builtins:
+        return load_benchmark(builtins[name]), split or ALL_SPLITS
+    default = load_benchmark(builtins[DEFAULT_BENCHMARK])
+    if not split and name in (*default.splits, ALL_SPLITS):
+        return default, name
+    valid = [*default.splits, ALL_SPLITS, *builtins, *(f"{DEFAULT_BENCHMARK}:{s}" for s in default.splits)]
+    raise SpecError(f"unknown benchmark {value!r}; valid: {_names(valid)}, or a path to a benchmark YAML file")
+
+
+def load_benchmark(path: Path) -> Benchmark:
+    raw = path.read_bytes()
+    data = yaml.safe_load(raw)
+    try:
+        env = dict(data["env"])
+        protocol = data.get("protocol", {})
+        assets = dict(data.get("assets") or {})
+        tasks = tuple(
+            Task(
+                env_id=str(t["env_id"]),
+                split=str(t["split"]).lower(),
+                memory_type=str(t["memory_type"]),
+                max_steps=int(t["max_steps"]),
+                instruction=str(t.get("instruction", "")),
+                assets=tuple(t.get("assets", ())),
+            )
+            for t in data["tasks"]
+        )
+        benchmark = Benchmark(
+            name=str(data["name"]),
+            title=str(data.get("title", data["name"])),
+            version=str(data.get("version", "")),
+            benchmark_commit=data.get("benchmark_commit"),
+            env=EnvSettings(
+                factory=str(env.pop("factory")),
+                action_dim=int(env.pop("action_dim")),
+                policy_obs_keys=tuple(env.pop("policy_obs_keys")),
+                preflight=env.pop("preflight", None),
+                options=env,
+            ),
+            start_seed=int(protocol.get("start_seed", 0)),
+            episodes=int(protocol.get("episodes", 1)),
+            assets=assets,
+            tasks=tasks,
+            source=str(path),
+            digest=hashlib.sha256(raw).hexdigest(),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"benchmark file {path} is malformed: {type(exc).__name__}: {exc}") from None
+    for task in tasks:
+        unknown = set(task.assets) - set(assets)
+        if unknown:
+            raise SpecError(f"benchmark file {path}: task {task.env_id} needs undeclared assets {sorted(unknown)}")
+    return benchmark
+
+
+def select(
+    benchmark: Benchmark,
+    split: str,
+    *,
+    env_ids: list[str] | None = None,
+    start_seed: int | None = None,
+    episodes: int | None = None,
+) -> Selection:
+    """Choose the run's tasks: a split (or ``all``), narrowed by explicit env ids."""
+    if split != ALL_SPLITS and split not in benchmark.splits:
+        raise SpecError(
+            f"unknown split {split!r} for benchmark {benchmark.name!r}; valid: {_names([*benchmark.splits, ALL_SPLITS])}"
+        )
+    tasks = [t for t in benchmark.tasks if split == ALL_SPLITS or t.split == split]
+    if env_ids:
+        by_id = {t.env_id: t for t in tasks}
+        unknown = [e for e in env_ids if e not in by_id]
+        if unknown:
+            where = f"split {split!r} of {benchmark.name!r}" if split != ALL_SPLITS else repr(benchmark.name)
+            raise SpecError(f"unknown task {', '.join(map(repr, unknown))} in {where}; valid: {_names(by_id)}")
+        tasks = [by_id[e] for e in dict.fromkeys(env_ids)]
+    episodes = benchmark.episodes if episodes is None else episodes
+    if episodes < 1:
+        raise SpecError(f"--episodes must be at least 1, got {episodes}")
+    start_seed = benchmark.start_seed if start_seed is None else start_seed
+    if start_seed < 0:
+        raise SpecError(f"--vla-start-seed must be non-negative, got {start_seed}")
+    return Selection(benchmark, split, tuple(tasks), start_seed, episodes)
+
+
+def _names(names: Any) -> str:
+    return ", ".join(names)
+
+
+def _is_path(value: str) -> bool:
+    return "/" in value or ".yaml" in value or ".yml" in value
+
+
+def _split_path_arg(value: str) -> tuple[str, str]:
+    """``dir/bench.yaml:short`` -> (``dir/bench.yaml``, ``short``)."""
+    for suffix in (".yaml", ".yml"):
+        head, sep, tail = value.rpartition(suffix + ":")
+        if sep:
+            return head + suffix, tail
+    return value, ""

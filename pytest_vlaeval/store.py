@@ -1,0 +1,115 @@
+"""The per-run store: where a run lives, what identifies it, and its durable episode log.
+
+A run directory's name is derived from benchmark, split, policy (and the selection, when it is
+not the whole canonical split), so a later session with the same arguments finds it: ``--lf``
+and reruns add records to the same log, and the summary is always rebuilt from all of them.
+Each session appends to its own JSON-lines file (flushed and fsynced per episode), so parallel
+writers never interleave and a crash loses no finished episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Any
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.record import EpisodeRecord
+from pytest_vlaeval.spec import Selection
+
+FINGERPRINT_FILE = "fingerprint.json"
+EPISODES_DIR = "episodes"
+VERSIONED_PACKAGES = ("pytest-vlaeval", "mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium")
+
+
+def run_dir_name(selection: Selection, policy_spec: str) -> str:
+    benchmark = selection.benchmark
+    name = f"{benchmark.name}-{selection.split}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', policy_spec).strip('_')}"
+    narrowed = len(selection.tasks) != len([t for t in benchmark.tasks if selection.split in ("all", t.split)])
+    if narrowed or not selection.is_canonical:
+        detail = json.dumps([[t.env_id for t in selection.tasks], selection.start_seed, selection.episodes])
+        name += "-" + hashlib.sha256(detail.encode()).hexdigest()[:8]
+    return name
+
+
+def fingerprint(selection: Selection, policy_spec: str, render: str) -> dict[str, Any]:
+    """What must match for two sessions' episodes to belong to one run."""
+    benchmark = selection.benchmark
+    return {
+        "benchmark": benchmark.name,
+        "benchmark_version": benchmark.version,
+        "benchmark_digest": benchmark.digest,
+        "split": selection.split,
+        "tasks": [t.env_id for t in selection.tasks],
+        "start_seed": selection.start_seed,
+        "episodes": selection.episodes,
+        "policy": policy_spec,
+        "render": render,
+        "packages": {name: _version(name) for name in VERSIONED_PACKAGES},
+    }
+
+
+class RunStore:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._log: IO[str] | None = None
+
+    def claim(self, expected: dict[str, Any]) -> None:
+        """Record the run's fingerprint, or refuse to mix into a run that differs."""
+        path = self.run_dir / FINGERPRINT_FILE
+        if path.is_file():
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if stored != expected:
+                diff = ", ".join(
+                    f"{k}: {stored.get(k)!r} -> {expected.get(k)!r}"
+                    for k in sorted(set(stored) | set(expected))
+                    if stored.get(k) != expected.get(k)
+                )
+                raise SpecError(
+                    f"{self.run_dir} holds a run with a different fingerprint ({diff}); use another --vla-results or remove that directory"
+                )
+            return
+        from pytest_vlaeval.results import write_json_atomic
+
+        write_json_atomic(path, expected)
+
+    def append(self, record: EpisodeRecord) -> None:
+        if self._log is None:
+            directory = self.run_dir / EPISODES_DIR
+            directory.mkdir(parents=True, exist_ok=True)
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+            self._log = (directory / f"{stamp}-{socket.gethostname()}-{os.getpid()}.jsonl").open("a", encoding="utf-8")
+        self._log.write(json.dumps(record.to_dict()) + "\n")
+        self._log.flush()
+        os.fsync(self._log.fileno())
+
+    def load(self) -> dict[tuple[str, int], EpisodeRecord]:
+        """Every recorded episode, the latest attempt of each (task, seed) winning."""
+        records = []
+        for path in sorted((self.run_dir / EPISODES_DIR).glob("*.jsonl")):
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    if line.endswith("\n"):  # a torn last line from a crash is not a record
+                        records.append(EpisodeRecord.from_dict(json.loads(line)))
+        latest: dict[tuple[str, int], EpisodeRecord] = {}
+        for record in sorted(records, key=lambda r: r.time):
+            latest[record.key] = record
+        return latest
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None

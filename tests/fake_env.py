@@ -1,0 +1,64 @@
+"""A tiny, fast, deterministic stand-in for a simulator, for testing the plugin's logic.
+
+It mimics what matters of MIKASA: dict observations with a privileged key, the instruction in
+``info``, a success flag per step, a step limit, and the trap of zeroing the previous action
+in place on reset. Task names choose behaviours: ``Broken*`` cannot be built, ``Crash*``
+kills its worker process mid-episode.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+BUILDS: list[str] = []
+
+
+class FakeEnv:
+    def __init__(self, task, benchmark, render_request):
+        self.task = task
+        self.max_episode_steps = task.max_steps
+        self.render_backend = "none"
+        self._last_action = None
+        self._t = 0
+        self._seed = 0
+
+    def reset(self, *, seed, options):
+        if self._last_action is not None:
+            self._last_action[...] = 0  # the in-place zeroing trap
+        self._seed = seed
+        self._t = 0
+        return self._obs(), {"language_instruction": self.task.instruction, "oracle_info": seed % 7, "success": False}
+
+    def step(self, action):
+        self._last_action = action
+        self._t += 1
+        if self.task.env_id.startswith("Crash") and self._t == 2:
+            os._exit(13)
+        # Success when the first action component beats a seed-dependent bar.
+        bar = 0.5 + 0.1 * (self._seed % 5)
+        success = bool(action[0] > bar)
+        reward = float(np.clip(action[0], 0, 1)) * 0.1
+        terminated = success and self._t >= 2
+        info = {"success": success, "language_instruction": self.task.instruction, "oracle_info": 1}
+        return self._obs(), reward, terminated, False, info
+
+    def close(self):
+        pass
+
+    def _obs(self):
+        return {
+            "rgb": np.full((1, 4, 4, 6), self._seed % 251, dtype=np.uint8),
+            "proprio": np.full((1, 7), self._t, dtype=np.float32),
+            "task_cue": np.array([self._seed], dtype=np.int64),
+        }
+
+
+def make_env(task, benchmark, render_request):
+    from pytest_vlaeval.errors import EnvError
+
+    if task.env_id.startswith("Broken"):
+        raise EnvError(f"cannot build {task.env_id}: the fake simulator refuses")
+    BUILDS.append(task.env_id)
+    return FakeEnv(task, benchmark, render_request)
