@@ -26,7 +26,11 @@ def render_summary(
     for env_id in summary["tasks_without_results"]:
         tr.write_line(f"no completed episode: {env_id}", yellow=True)
     if summary["partial"]:
-        tr.write_line("partial run: SRs cover completed episodes only (see n_missing / errored_episodes in summary.json)", yellow=True, bold=True)
+        tr.write_line(
+            "partial run: SRs cover completed episodes only (see n_missing / errored_episodes in summary.json)",
+            yellow=True,
+            bold=True,
+        )
     tr.write_line(f"results: {run.run_dir}")
 
 

@@ -19,7 +19,6 @@ from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.policy import BUILTIN_POLICIES
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
-
 THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
     "ignore:.*to get variables from other wrappers is deprecated:UserWarning",

@@ -54,10 +54,19 @@ def test_k_selection_and_episode_count(fake: pytest.Pytester) -> None:
     ("args", "expected"),
     [
         (["--benchmark=shortt"], "unknown benchmark 'shortt'; valid: short, medium, long, all, "),
-        (["--benchmark=fake.yaml:medium"], "unknown split 'medium' for benchmark 'fake'; valid: short, long, extra, crash, all"),
-        (["--benchmark=fake.yaml:short", "--vla-tasks=Alpha-v0,Gama-v0"], "unknown task 'Gama-v0' in split 'short' of 'fake'; valid: Alpha-v0, Beta-v0"),
+        (
+            ["--benchmark=fake.yaml:medium"],
+            "unknown split 'medium' for benchmark 'fake'; valid: short, long, extra, crash, all",
+        ),
+        (
+            ["--benchmark=fake.yaml:short", "--vla-tasks=Alpha-v0,Gama-v0"],
+            "unknown task 'Gama-v0' in split 'short' of 'fake'; valid: Alpha-v0, Beta-v0",
+        ),
         (["--benchmark=nope.yaml"], "benchmark file 'nope.yaml' not found"),
-        (["--benchmark=fake.yaml", "--policy=no_such_module:make"], "--policy 'no_such_module:make': module 'no_such_module' is not importable"),
+        (
+            ["--benchmark=fake.yaml", "--policy=no_such_module:make"],
+            "--policy 'no_such_module:make': module 'no_such_module' is not importable",
+        ),
         (["--benchmark=fake.yaml", "--policy=randm"], "--policy 'randm': expected module:attr or one of random, zero"),
         (["--benchmark=fake.yaml", "--episodes=0"], "--episodes must be at least 1, got 0"),
     ],
@@ -79,7 +88,9 @@ def test_outcomes_records_and_canonical_json(fake: pytest.Pytester) -> None:
     for (task, seed), record in records.items():
         assert outcomes[f"fake-short::{task}::{seed}"] == ("PASSED" if record["success"] else "FAILED")
         if not record["success"]:
-            assert f"no success in {record['length']} steps, return {record['episode_return']:.3f}" in result.stdout.str()
+            assert (
+                f"no success in {record['length']} steps, return {record['episode_return']:.3f}" in result.stdout.str()
+            )
 
     alpha = read_json(directory / "Alpha-v0.json")
     reference_keys = {
@@ -274,7 +285,9 @@ def test_fingerprint_mismatch_is_refused(fake: pytest.Pytester) -> None:
     fingerprint.write_text(fingerprint.read_text().replace('"render": "auto"', '"render": "gpu"'))
     result = fake.runpytest(*SHORT, "--policy=zero")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: *fake-short-zero holds a run with a different fingerprint (render: 'gpu' -> 'auto')*"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: *fake-short-zero holds a run with a different fingerprint (render: 'gpu' -> 'auto')*"]
+    )
 
 
 def test_interrupted_session_keeps_finished_episodes_and_marks_partial(fake: pytest.Pytester) -> None:
