@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from pytest_vlaeval import assets
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     install.add_argument("--force", action="store_true", help="replace a file whose content differs")
     args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message="The pynvml package is deprecated")
 
     benchmark, _ = resolve_benchmark(args.benchmark)
     status = 0

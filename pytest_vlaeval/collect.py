@@ -7,6 +7,7 @@ could not do is therefore a pytest *error* (and a failed setup everywhere: termi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,5 +149,7 @@ class EpisodeReports:
             if record.detail:
                 report.sections.append(("episode error traceback", record.detail))
         if call.when == "call" or (call.when == "setup" and report.failed):
-            setattr(report, RECORD_ATTR, record.to_dict())
+            # Round-trip through JSON: execnet carries builtin types only, and anything else
+            # in a report would be lost with a silent INTERNALERROR.
+            setattr(report, RECORD_ATTR, json.loads(json.dumps(record.to_dict())))
         return report

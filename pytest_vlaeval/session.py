@@ -22,6 +22,7 @@ from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
     "ignore:.*to get variables from other wrappers is deprecated:UserWarning",
+    "ignore:diffuse_texture is renamed to base_color_texture:DeprecationWarning",
 )
 """Warnings the simulator stack emits on every env, which say nothing about the policy."""
 

@@ -5,8 +5,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || exit
-.venv/bin/python -m pytest --benchmark=short --policy=random --episodes=1 -n 2 -q "$@"
+.venv/bin/python -m pytest --benchmark=short --policy=random --episodes=1 -n 2 -q -rE "$@"
 status=$?
-# Failed episodes are results (exit 1); anything else means the evaluation itself broke.
+# Failed episodes are results (exit 1: they are in the table above); anything else means the
+# evaluation itself broke.
 if [ "$status" -le 1 ]; then exit 0; fi
 exit "$status"

@@ -1,0 +1,274 @@
+"""Unit tests of the pieces with rules of their own: specs, action validation, the SR formulas,
+the store, assets and render-backend selection."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_vlaeval import assets, render
+from pytest_vlaeval.errors import PolicyError, SpecError
+from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy, as_action_chunk
+from pytest_vlaeval.record import EpisodeRecord
+from pytest_vlaeval.results import summary, task_result
+from pytest_vlaeval.spec import resolve_benchmark, select
+from pytest_vlaeval.store import RunStore, run_dir_name
+
+HERE = Path(__file__).parent
+
+
+# -- specs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arg", "name", "split", "n_tasks"),
+    [("short", "mikasa", "short", 38), ("medium", "mikasa", "medium", 30), ("mikasa:long", "mikasa", "long", 22), ("all", "mikasa", "all", 90), ("mikasa", "mikasa", "all", 90)],
+)
+def test_mikasa_splits_match_the_protocol(arg: str, name: str, split: str, n_tasks: int) -> None:
+    benchmark, resolved = resolve_benchmark(arg)
+    selection = select(benchmark, resolved)
+    assert (benchmark.name, resolved, len(selection.tasks)) == (name, split, n_tasks)
+
+
+def test_mikasa_table_counts_and_seed_rule() -> None:
+    benchmark, _ = resolve_benchmark("mikasa")
+    counts = {m: sum(t.memory_type == m for t in benchmark.tasks) for m in benchmark.memory_types}
+    assert counts == {
+        "Spatial": 14, "Object": 18, "Capacity": 12, "Sequential": 6, "Tracking": 4, "Negative": 9,
+        "Checklist": 4, "Temporal": 12, "Prospective": 5, "Procedural": 6,
+    }  # fmt: skip
+    assert sum(t.max_steps for t in benchmark.tasks) == 40_655
+    assert all((t.split == "short") == (t.max_steps <= 200) for t in benchmark.tasks)
+    selection = select(benchmark, "short")
+    assert selection.seeds[:2] == (4242424242, 4242424243) and len(selection.seeds) == 50
+    assert selection.is_canonical and not select(benchmark, "short", episodes=2).is_canonical
+    assert sum("ycb" in t.assets for t in benchmark.tasks) == 7
+
+
+def test_a_benchmark_file_path_with_a_split() -> None:
+    benchmark, split = resolve_benchmark(f"{HERE / 'fake.yaml'}:long")
+    assert (benchmark.name, split, [t.env_id for t in select(benchmark, split).tasks]) == ("fake", "long", ["Gamma-v0"])
+
+
+def test_malformed_benchmark_file_is_a_spec_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nenv: {factory: a:b}\ntasks: []\n")
+    with pytest.raises(SpecError, match=r"bad.yaml is malformed: KeyError: 'action_dim'"):
+        resolve_benchmark(str(bad))
+
+
+def test_run_dir_name_is_deterministic_and_separates_selections() -> None:
+    benchmark, _ = resolve_benchmark("mikasa")
+    full = select(benchmark, "short")
+    assert run_dir_name(full, "my_pkg.policies:make_policy") == "mikasa-short-my_pkg.policies_make_policy"
+    narrowed = select(benchmark, "short", env_ids=["InterceptSlow-VLA-v0"])
+    assert run_dir_name(narrowed, "random") == run_dir_name(narrowed, "random") != run_dir_name(full, "random")
+    assert run_dir_name(select(benchmark, "short", episodes=5), "random") != run_dir_name(full, "random")
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(7,), (1, 7), (4, 7), (1, 4, 7)])
+def test_accepted_action_shapes_become_k_by_d(shape: tuple[int, ...]) -> None:
+    out = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) / 100
+    chunk = as_action_chunk(out, 7, chunk_size=4)
+    assert chunk.dtype == np.float32 and chunk.shape == (int(np.prod(shape)) // 7, 7)
+    assert not np.shares_memory(chunk, out)
+
+
+def test_torch_actions_are_accepted_and_copied() -> None:
+    import torch
+    tensor = torch.ones(2, 7)
+    chunk = as_action_chunk(tensor, 7, chunk_size=2)
+    tensor.zero_()
+    assert chunk.sum() == 14
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        (np.zeros((2, 6)), r"shape \(2, 6\)"),
+        (np.zeros((2, 2, 7)), r"shape \(2, 2, 7\)"),
+        (np.array([np.inf] * 7), "inf in an action chunk"),
+        ("go left", "policy returned str"),
+        (None, r"shape \(\)"),
+    ],
+)
+def test_invalid_actions_are_policy_errors(output: object, message: str) -> None:
+    with pytest.raises(PolicyError, match=message):
+        as_action_chunk(output, 7, chunk_size=2)
+
+
+def test_random_policy_is_reproducible_per_task_and_seed_whatever_ran_before() -> None:
+    def first_chunks(policy: RandomPolicy, task: str, seed: int) -> np.ndarray:
+        policy.reset(EpisodeInfo(task=task, seed=seed, instruction="", episode_index=0, max_steps=3))
+        return np.stack([policy.act({}) for _ in range(3)])
+
+    fresh = first_chunks(RandomPolicy(), "A", 1)
+    used = RandomPolicy()
+    first_chunks(used, "B", 9)
+    assert np.array_equal(first_chunks(used, "A", 1), fresh)
+    assert not np.array_equal(first_chunks(used, "B", 1), fresh)
+    assert np.abs(fresh).max() <= 1.0
+
+
+# -- success rates and the store -------------------------------------------------------------
+
+
+def record(task: str, seed: int, outcome: str, time: str = "2026-01-01T00:00:00", **extra) -> EpisodeRecord:
+    success = {"success": True, "failure": False}.get(outcome)
+    return EpisodeRecord(
+        task=task, seed=seed, outcome=outcome, success=success, episode_return=None if success is None else 1.0,
+        length=None if success is None else 5, message="", wall_time=0.1, worker="main", time=time, **extra,
+    )  # fmt: skip
+
+
+def test_split_sr_is_the_mean_of_task_srs_and_errors_are_not_failures() -> None:
+    benchmark, _ = resolve_benchmark(str(HERE / "fake.yaml"))
+    selection = select(benchmark, "short", episodes=4)
+    records = {
+        r.key: r
+        for r in [
+            record("Alpha-v0", 100, "success"),
+            record("Alpha-v0", 101, "failure"),
+            record("Alpha-v0", 102, "failure"),
+            record("Alpha-v0", 103, "error"),
+            record("Beta-v0", 100, "success"),
+        ]
+    }
+    body, per_task = summary(selection, records, interrupted=False)
+    alpha = next(r for r in per_task if r["env_id"] == "Alpha-v0")
+    assert alpha["sr"] == pytest.approx(1 / 3) and alpha["n_episodes"] == 3 and alpha["n_errors"] == 1
+    assert body["sr_split"] == pytest.approx((1 / 3 + 1.0) / 2)  # pooled would be 2/4
+    assert (body["n_completed"], body["n_errors"], body["n_missing"], body["partial"]) == (4, 1, 3, True)
+    assert body["errored_episodes"] == [{"task": "Alpha-v0", "seed": 103, "message": ""}]
+
+
+def test_task_result_orders_episodes_by_seed() -> None:
+    benchmark, _ = resolve_benchmark(str(HERE / "fake.yaml"))
+    selection = select(benchmark, "short", episodes=2)
+    result = task_result(benchmark.task("Beta-v0"), [record("Beta-v0", 101, "success"), record("Beta-v0", 100, "failure")], selection)
+    assert result["episode_seeds"] == [100, 101] and result["successes"] == [False, True] and result["complete"]
+
+
+def test_store_keeps_the_latest_attempt_and_ignores_a_torn_line(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.append(record("A", 1, "failure", time="2026-01-01T00:00:01"))
+    store.append(record("A", 2, "success", time="2026-01-01T00:00:02"))
+    store.close()
+    later = RunStore(tmp_path)
+    later.append(dataclasses.replace(record("A", 1, "success", time="2026-01-01T00:00:03"), attempt=2))
+    later.close()
+    log = next((tmp_path / "episodes").glob("*.jsonl"))
+    with log.open("a") as f:
+        f.write('{"task": "A", "seed": 3, "outc')  # a crash mid-write
+    loaded = RunStore(tmp_path).load()
+    assert sorted(loaded) == [("A", 1), ("A", 2)]
+    assert loaded[("A", 1)].outcome == "success" and loaded[("A", 1)].attempt == 2
+
+
+def test_store_refuses_a_different_fingerprint(tmp_path: Path) -> None:
+    RunStore(tmp_path).claim({"policy": "random", "episodes": 50})
+    RunStore(tmp_path).claim({"policy": "random", "episodes": 50})
+    with pytest.raises(SpecError, match=r"different fingerprint \(episodes: 50 -> 2\)"):
+        RunStore(tmp_path).claim({"policy": "random", "episodes": 2})
+
+
+# -- assets ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def package_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A fake installed package and the spec of a data file it lacks."""
+    package = tmp_path / "site" / "fakepkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    payload = b"mesh bytes"
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "bulb.glb").write_bytes(payload)
+    return {
+        "kind": "package_file",
+        "package": "fakepkg",
+        "path": "objects/bulb.glb",
+        "size": len(payload),
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "url": (source / "bulb.glb").as_uri(),
+        "source": source,
+    }
+
+
+def test_asset_install_from_a_folder_verifies_and_is_idempotent(package_file: dict) -> None:
+    source = package_file.pop("source")
+    assert "is missing from" in assets.problem("bulb", package_file)
+    assert "installed" in assets.install_package_file("bulb", package_file, source_dir=source)
+    assert assets.problem("bulb", package_file) is None
+    assert "already installed" in assets.install_package_file("bulb", package_file, source_dir=source)
+
+
+def test_asset_install_falls_back_to_the_pinned_url(package_file: dict, tmp_path: Path) -> None:
+    package_file.pop("source")
+    message = assets.install_package_file("bulb", package_file, source_dir=tmp_path / "empty")
+    assert package_file["url"] in message and assets.problem("bulb", package_file) is None
+
+
+def test_asset_install_rejects_wrong_bytes_and_never_overwrites_silently(package_file: dict) -> None:
+    source = package_file.pop("source")
+    target = assets.package_file_path(package_file)
+    (source / "bulb.glb").write_bytes(b"tampered!!")
+    with pytest.raises(RuntimeError, match="expected 10 bytes"):
+        assets.install_package_file("bulb", package_file, source_dir=source)
+    assert not target.exists()
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"other file")
+    assert "does not match its pinned SHA-256" in assets.problem("bulb", package_file)
+    with pytest.raises(RuntimeError, match="exists with different content; pass --force"):
+        assets.install_package_file("bulb", package_file, source_dir=source)
+
+
+# -- render backends -------------------------------------------------------------------------
+
+
+def test_lavapipe_icd_is_found_by_pattern(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path / "none"), str(tmp_path)))
+    assert render.find_lavapipe_icd() is None
+    (tmp_path / "lvp_icd.x86_64.json").write_text(json.dumps({"ICD": {}}))
+    assert render.find_lavapipe_icd() == str(tmp_path / "lvp_icd.x86_64.json")
+
+
+def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    assert render.resolve_backend("cpu") == "cpu" and render.resolve_backend("gpu") == "gpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert render.resolve_backend("auto") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert render.resolve_backend("auto") == "gpu"
+    assert render.make_kwargs("gpu") == {"sim_backend": "gpu", "render_backend": "gpu"}
+    with pytest.raises(ValueError, match="valid: auto, gpu, cpu"):
+        render.resolve_backend("vulkan")
+
+
+def test_cpu_env_points_vulkan_at_lavapipe_but_respects_the_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path),))
+    (tmp_path / "lvp_icd.json").write_text("{}")
+    monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
+    render.set_backend_env("cpu")
+    assert render.os.environ["VK_ICD_FILENAMES"] == str(tmp_path / "lvp_icd.json")
+    monkeypatch.setenv("VK_ICD_FILENAMES", "/mine.json")
+    render.set_backend_env("cpu")
+    assert render.os.environ["VK_ICD_FILENAMES"] == "/mine.json"
+
+
+def test_missing_software_vulkan_fails_fast_with_one_actionable_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path),))
+    monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
+    problem = render.check("cpu")
+    assert problem.startswith("no software Vulkan driver (lavapipe ICD)") and "bookworm-backports" in problem
+    assert "\n" not in problem
