@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 
@@ -9,8 +11,8 @@ class Spy:
     """Zero actions; remembers which observation keys and instructions it was shown."""
 
     chunk_size = 1
-    seen_keys: set[tuple[str, ...]] = set()
-    instructions: set[str] = set()
+    seen_keys: ClassVar[set[tuple[str, ...]]] = set()
+    instructions: ClassVar[set[str]] = set()
     calls = 0
 
     def reset(self, episode) -> None:

@@ -78,7 +78,9 @@ def test_xdist_session_writes_canonical_json(parallel: tuple[subprocess.Complete
     assert workers <= {"gw0", "gw1"} and workers
 
 
-def test_missing_ycb_pack_is_an_error_that_says_how_to_get_it(parallel: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+def test_missing_ycb_pack_is_an_error_that_says_how_to_get_it(
+    parallel: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     proc, run_dir = parallel
     records = [r for r in episode_records(run_dir).values() if r["task"] == YCB_TASK]
     assert [r["outcome"] for r in records] == ["error", "error"]
@@ -160,7 +162,9 @@ def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
     import policies
 
     benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1), "policies:Spy", "auto")
+    runner = EpisodeRunner(
+        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1), "policies:Spy", "auto"
+    )
     try:
         record = runner.run(benchmark.task("RotateLenientPos-VLA-v0"), SEEDS[0], 0)
         raw_obs, raw_info = runner._env.env.reset(seed=SEEDS[0])
@@ -173,6 +177,8 @@ def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
 
 
 def test_render_check_passes_on_this_machine() -> None:
-    check = subprocess.run([sys.executable, "-m", "pytest_vlaeval.render", "auto"], capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.render", "auto"], capture_output=True, text=True, timeout=300
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.strip().splitlines()[-1] in ("cpu", "gpu")

@@ -27,7 +27,13 @@ HERE = Path(__file__).parent
 
 @pytest.mark.parametrize(
     ("arg", "name", "split", "n_tasks"),
-    [("short", "mikasa", "short", 38), ("medium", "mikasa", "medium", 30), ("mikasa:long", "mikasa", "long", 22), ("all", "mikasa", "all", 90), ("mikasa", "mikasa", "all", 90)],
+    [
+        ("short", "mikasa", "short", 38),
+        ("medium", "mikasa", "medium", 30),
+        ("mikasa:long", "mikasa", "long", 22),
+        ("all", "mikasa", "all", 90),
+        ("mikasa", "mikasa", "all", 90),
+    ],
 )
 def test_mikasa_splits_match_the_protocol(arg: str, name: str, split: str, n_tasks: int) -> None:
     benchmark, resolved = resolve_benchmark(arg)
@@ -84,6 +90,7 @@ def test_accepted_action_shapes_become_k_by_d(shape: tuple[int, ...]) -> None:
 
 def test_torch_actions_are_accepted_and_copied() -> None:
     import torch
+
     tensor = torch.ones(2, 7)
     chunk = as_action_chunk(tensor, 7, chunk_size=2)
     tensor.zero_()
@@ -153,7 +160,9 @@ def test_split_sr_is_the_mean_of_task_srs_and_errors_are_not_failures() -> None:
 def test_task_result_orders_episodes_by_seed() -> None:
     benchmark, _ = resolve_benchmark(str(HERE / "fake.yaml"))
     selection = select(benchmark, "short", episodes=2)
-    result = task_result(benchmark.task("Beta-v0"), [record("Beta-v0", 101, "success"), record("Beta-v0", 100, "failure")], selection)
+    result = task_result(
+        benchmark.task("Beta-v0"), [record("Beta-v0", 101, "success"), record("Beta-v0", 100, "failure")], selection
+    )
     assert result["episode_seeds"] == [100, 101] and result["successes"] == [False, True] and result["complete"]
 
 
@@ -245,6 +254,7 @@ def test_lavapipe_icd_is_found_by_pattern(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
+
     assert render.resolve_backend("cpu") == "cpu" and render.resolve_backend("gpu") == "gpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert render.resolve_backend("auto") == "cpu"
@@ -255,7 +265,9 @@ def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
         render.resolve_backend("vulkan")
 
 
-def test_cpu_env_points_vulkan_at_lavapipe_but_respects_the_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_env_points_vulkan_at_lavapipe_but_respects_the_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path),))
     (tmp_path / "lvp_icd.json").write_text("{}")
     monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
@@ -266,7 +278,9 @@ def test_cpu_env_points_vulkan_at_lavapipe_but_respects_the_user(tmp_path: Path,
     assert render.os.environ["VK_ICD_FILENAMES"] == "/mine.json"
 
 
-def test_missing_software_vulkan_fails_fast_with_one_actionable_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_software_vulkan_fails_fast_with_one_actionable_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path),))
     monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
     problem = render.check("cpu")
