@@ -1,4 +1,8 @@
-"""Command line: ``python -m pytest_vlaeval install-assets [--benchmark NAME] [--from DIR] [--force]``."""
+"""Command line:
+
+``python -m pytest_vlaeval install-assets [--benchmark NAME] [--from DIR] [--force]``
+``python -m pytest_vlaeval merge RUN_DIR... [--out DIR]`` (see ``merge.py``)
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,14 @@ from pytest_vlaeval.spec import resolve_benchmark
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["merge"]:
+        from pytest_vlaeval.merge import main as merge_main
+
+        return merge_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m pytest_vlaeval")
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("merge", help="merge run directories (shards) into one run; see merge --help")
     install = commands.add_parser("install-assets", help="install the data files a benchmark's wheel lacks")
     install.add_argument("--benchmark", default="mikasa", help="benchmark name or YAML file [mikasa]")
     install.add_argument(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from pytest_vlaeval.record import ERROR, EpisodeRecord
 from pytest_vlaeval.runner import EpisodeRunner
 from pytest_vlaeval.spec import Selection, Task
 
-RECORD_ATTR = "vla_record"
-"""Attribute of a TestReport that carries the episode's record (a JSON-safe dict)."""
+RECORD_ATTR = "vla_records"
+"""Attribute of a TestReport that carries the episode's records, one per attempt (JSON-safe dicts)."""
 
 
 def split_node_name(benchmark: str, split: str) -> str:
@@ -36,20 +37,32 @@ def parse_nodeid(nodeid: str) -> tuple[str, int] | None:
 
 
 class EpisodeItem(pytest.Item):
-    def __init__(self, *, task: Task, seed: int, index: int, runner: EpisodeRunner, **kwargs: Any) -> None:
+    def __init__(
+        self, *, task: Task, seed: int, index: int, runner: EpisodeRunner, retries: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.seed = seed
         self.index = index
         self.runner = runner
-        self.record: EpisodeRecord | None = None
+        self.retries = retries
+        self.attempts: list[EpisodeRecord] = []
         for marker in task.marker_names:
             self.add_marker(marker)
 
+    @property
+    def record(self) -> EpisodeRecord | None:
+        """The attempt that counts: the last one."""
+        return self.attempts[-1] if self.attempts else None
+
     def setup(self) -> None:
-        self.record = self.runner.run(self.task, self.seed, self.index)
-        if self.record.outcome == ERROR:
-            raise EpisodeError(self.record.message)
+        """Run the episode; an error is retried up to ``--vla-retries`` times."""
+        for _ in range(1 + self.retries):
+            self.attempts.append(self.runner.run(self.task, self.seed, self.index))
+            if self.attempts[-1].outcome != ERROR:
+                return
+            self.runner.close_env()  # a retry starts from a freshly built env
+        raise EpisodeError(self.attempts[-1].message)
 
     def runtest(self) -> None:
         assert self.record is not None
@@ -65,38 +78,60 @@ class EpisodeItem(pytest.Item):
         return self.path, None, f"{self.task.env_id} seed {self.seed}"
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What this session evaluates: the run's selection, narrowed to ``episodes``."""
+
+    selection: Selection
+    episodes: frozenset[tuple[str, int]]
+    runner: EpisodeRunner
+    retries: int
+    note: str | None = None
+    """Why the session runs less than the universe (a shard, a rerun), said at session start."""
+
+
 class TaskNode(pytest.Collector):
-    def __init__(self, *, task: Task, selection: Selection, runner: EpisodeRunner, **kwargs: Any) -> None:
+    def __init__(self, *, task: Task, plan: Plan, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
-        self.selection = selection
-        self.runner = runner
+        self.plan = plan
 
     def collect(self) -> Iterator[EpisodeItem]:
-        for index, seed in enumerate(self.selection.seeds):
-            yield EpisodeItem.from_parent(
-                self, name=str(seed), task=self.task, seed=seed, index=index, runner=self.runner
-            )
+        for index, seed in enumerate(self.plan.selection.seeds):
+            if (self.task.env_id, seed) in self.plan.episodes:
+                yield EpisodeItem.from_parent(
+                    self,
+                    name=str(seed),
+                    task=self.task,
+                    seed=seed,
+                    index=index,
+                    runner=self.plan.runner,
+                    retries=self.plan.retries,
+                )
 
 
 class SplitNode(pytest.Collector):
-    def __init__(self, *, tasks: list[Task], selection: Selection, runner: EpisodeRunner, **kwargs: Any) -> None:
+    def __init__(self, *, tasks: list[Task], plan: Plan, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tasks = tasks
-        self.selection = selection
-        self.runner = runner
+        self.plan = plan
 
     def collect(self) -> Iterator[TaskNode]:
         for task in self.tasks:
-            yield TaskNode.from_parent(self, name=task.env_id, task=task, selection=self.selection, runner=self.runner)
+            yield TaskNode.from_parent(self, name=task.env_id, task=task, plan=self.plan)
 
 
 class BenchmarkCollection:
     """Replaces the session's collection with the benchmark's episodes."""
 
-    def __init__(self, selection: Selection, runner: EpisodeRunner) -> None:
-        self.selection = selection
-        self.runner = runner
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if self.plan.note and reporter is not None and not hasattr(session.config, "workerinput"):
+            reporter.write_line(self.plan.note, bold=True)
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool:
         return True  # the user's own test files are not part of an evaluation
@@ -110,16 +145,17 @@ class BenchmarkCollection:
 
     def _split_nodes(self, session: pytest.Session) -> list[SplitNode]:
         by_split: dict[str, list[Task]] = {}
-        for task in self.selection.tasks:
-            by_split.setdefault(task.split, []).append(task)
+        for task in self.plan.selection.tasks:
+            if any(key[0] == task.env_id for key in self.plan.episodes):
+                by_split.setdefault(task.split, []).append(task)
+        name = self.plan.selection.benchmark.name
         return [
             SplitNode.from_parent(
                 session,
-                name=split_node_name(self.selection.benchmark.name, split),
-                nodeid=split_node_name(self.selection.benchmark.name, split),
+                name=split_node_name(name, split),
+                nodeid=split_node_name(name, split),
                 tasks=tasks,
-                selection=self.selection,
-                runner=self.runner,
+                plan=self.plan,
             )
             for split, tasks in by_split.items()
         ]
@@ -127,15 +163,15 @@ class BenchmarkCollection:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Benchmark order (task, then seed), whatever a shuffling plugin did before us."""
-        order = {task.env_id: i for i, task in enumerate(self.selection.tasks)}
+        order = {task.env_id: i for i, task in enumerate(self.plan.selection.tasks)}
         items.sort(key=lambda item: (order[item.task.env_id], item.seed) if isinstance(item, EpisodeItem) else (-1, 0))
 
     def pytest_unconfigure(self) -> None:
-        self.runner.close_env()
+        self.plan.runner.close_env()
 
 
 class EpisodeReports:
-    """Puts each episode's record on the report that settles it (setup error or call), and
+    """Puts each episode's records on the report that settles it (setup error or call), and
     shows an episode error as its one-line message, the original traceback as a section."""
 
     @pytest.hookimpl(wrapper=True)
@@ -151,5 +187,5 @@ class EpisodeReports:
         if call.when == "call" or (call.when == "setup" and report.failed):
             # Round-trip through JSON: execnet carries builtin types only, and anything else
             # in a report would be lost with a silent INTERNALERROR.
-            setattr(report, RECORD_ATTR, json.loads(json.dumps(record.to_dict())))
+            setattr(report, RECORD_ATTR, json.loads(json.dumps([a.to_dict() for a in item.attempts])))
         return report

@@ -1,37 +1,48 @@
 """Controller side: records arrive on reports, go to the durable store, and come out as the
-canonical JSON (rewritten as each task completes) and the terminal summary.
+canonical JSON (rewritten as each task completes), the gate verdict and the terminal summary.
 
 Runs only in the controlling process (with xdist, workers report here). Every scheduled
-episode ends up with a record: a worker crash or a harness bug becomes an error record, and an
-episode that was scheduled but never reported becomes one at session end.
+episode ends up with a record: a worker crash or a harness bug becomes an error record (retried
+with ``--vla-retries``), and an episode that was scheduled but never reported becomes one at
+session end.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import defaultdict
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_vlaeval.collect import RECORD_ATTR, EpisodeItem, parse_nodeid
+from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.record import ERROR, EpisodeRecord
 from pytest_vlaeval.results import summary, write_json_atomic
-from pytest_vlaeval.session import RunContext
-from pytest_vlaeval.store import RunStore
+from pytest_vlaeval.session import WORKER_PLAN, RunContext
+from pytest_vlaeval.store import POLICY_FILE, RunStore
+
+RERUN_OUTCOME = "rerun"
+"""Outcome given to a crashed attempt that will be retried, so pytest counts it apart."""
 
 
 class ResultsController:
     def __init__(self, run: RunContext, store: RunStore) -> None:
         self.run = run
         self.store = store
-        self.records = store.load()
+        self.history = store.history()
+        self.latest_attempt = {r.key: r.attempt for r in self.history}
         self.scheduled: dict[str, tuple[str, int]] = {}
         self.reported: set[str] = set()
         self.pending_by_task: dict[str, set[str]] = defaultdict(set)
+        self.crash_retries: dict[str, int] = defaultdict(int)
         self.interrupted = False
         self.written: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
+        self.gate: Any = None
+        self.policy_claimed = False
 
     # -- what was scheduled --------------------------------------------------------------
 
@@ -49,33 +60,74 @@ class ResultsController:
                 self.scheduled[nodeid] = key
                 self.pending_by_task[key[0]].add(nodeid)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Hand every worker the same episode list, chosen once here."""
+        node.workerinput[WORKER_PLAN] = sorted(self.run.episodes)
+
     # -- what came back --------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """A worker died mid-episode: record the crash, and retry it if retries are left."""
+        if crashitem not in self.scheduled:
+            return
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        message = f"worker {getattr(worker, 'id', '?')} crashed while running this episode"
+        self._accept(crashitem, self._error(crashitem, message, "crash", worker), final=False)
+        if self.crash_retries[crashitem] < self.run.retries:
+            self.crash_retries[crashitem] += 1
+            report.outcome = RERUN_OUTCOME  # type: ignore[assignment]
+            sched.mark_test_pending(crashitem)
+        else:
+            self._settle(crashitem)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        if report.outcome == RERUN_OUTCOME:
+            return "rerun", "R", ("RERUN", {"yellow": True})
+        return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self.scheduled or report.nodeid in self.reported:
             return
         payload = getattr(report, RECORD_ATTR, None)
         if payload is not None:
-            self._accept(report.nodeid, EpisodeRecord.from_dict(payload))
-        elif report.failed:  # a crashed worker, or a harness fault before the episode ran
+            for attempt in payload:
+                self._accept(report.nodeid, EpisodeRecord.from_dict(attempt), final=False)
+            self._settle(report.nodeid)
+        elif report.failed and report.when != "???":  # a harness fault before the episode ran
             message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "no result"
-            self._accept(report.nodeid, self._error(report.nodeid, message, "harness", getattr(report, "node", None)))
+            self._accept(report.nodeid, self._error(report.nodeid, message, "harness"), final=True)
 
-    def _accept(self, nodeid: str, record: EpisodeRecord) -> None:
-        previous = self.records.get(record.key)
-        if previous is not None:
-            record = dataclasses.replace(record, attempt=previous.attempt + 1)
-        self.reported.add(nodeid)
+    def _accept(self, nodeid: str, record: EpisodeRecord, *, final: bool) -> None:
+        attempt = self.latest_attempt.get(record.key, 0) + 1
+        record = dataclasses.replace(record, attempt=attempt)
+        self.latest_attempt[record.key] = attempt
+        if record.model is not None and not self.policy_claimed:
+            self._claim_policy(record)
         self.store.append(record)
-        self.records[record.key] = record
-        pending = self.pending_by_task[record.task]
+        self.history.append(record)
+        if final:
+            self._settle(nodeid)
+
+    def _claim_policy(self, record: EpisodeRecord) -> None:
+        """The policy's own description (chunk size, config) joins the run's fingerprint."""
+        try:
+            self.store.claim({"model": record.model, "action_chunk_size": record.chunk_size}, POLICY_FILE)
+        except SpecError as exc:
+            self.store.close()
+            pytest.exit(f"refusing to mix episodes into this run: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        self.policy_claimed = True
+
+    def _settle(self, nodeid: str) -> None:
+        self.reported.add(nodeid)
+        pending = self.pending_by_task[self.scheduled[nodeid][0]]
         pending.discard(nodeid)
         if not pending:
             self.write()
 
-    def _error(self, nodeid: str, message: str, kind: str, node: Any = None) -> EpisodeRecord:
+    def _error(self, nodeid: str, message: str, kind: str, worker: Any = None) -> EpisodeRecord:
         task, seed = self.scheduled[nodeid]
-        worker = getattr(node, "gateway", None)
         return EpisodeRecord(
             task=task,
             seed=seed,
@@ -100,21 +152,38 @@ class ResultsController:
         self.interrupted = self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         if not self.interrupted:
             for nodeid in sorted(set(self.scheduled) - self.reported):
-                self._accept(nodeid, self._error(nodeid, "scheduled but no result arrived from any worker", "lost"))
+                self._accept(
+                    nodeid, self._error(nodeid, "scheduled but no result arrived from any worker", "lost"), final=True
+                )
         self.write()
         self.store.close()
+        body, per_task = self.written
+        if self.run.baseline is not None:
+            from pytest_vlaeval.gate import EXIT_GATE_FAILED, compare
+
+            self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
+            if not self.gate.passed:
+                session.exitstatus = EXIT_GATE_FAILED
+        from pytest_vlaeval.report import markdown_report
+
+        markdown = markdown_report(body, per_task, self.gate, self.run)
+        (self.run.run_dir / "report.md").write_text(markdown, encoding="utf-8")
+        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if step_summary:
+            with Path(step_summary).open("a", encoding="utf-8") as f:
+                f.write(markdown + "\n")
 
     def write(self) -> None:
         """Materialise the canonical files from every record of the run (all sessions)."""
-        body, per_task = summary(self.run.selection, self.records, interrupted=self.interrupted)
+        body, per_task = summary(self.run.selection, self.history, interrupted=self.interrupted)
         for result in per_task:
             write_json_atomic(self.run.run_dir / f"{result['env_id']}.json", result)
         write_json_atomic(self.run.run_dir / "summary.json", body)
         self.written = body, per_task
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if self.written is None:
             return
         from pytest_vlaeval.report import render_summary
 
-        render_summary(terminalreporter, *self.written, self.run)
+        render_summary(terminalreporter, *self.written, self.run, self.gate, config.invocation_params.args)

@@ -39,6 +39,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("auto", "gpu", "cpu"),
         help="simulation/render backend: gpu when a CUDA device is present under auto, else software Vulkan [auto]",
     )
+    results = parser.getgroup(
+        "vlaeval-results", "VLA evaluation: reruns, shards and the regression gate (pytest-vlaeval)"
+    )
+    results.addoption(
+        "--vla-rerun",
+        metavar="WHAT",
+        help="run only the episodes whose latest record in the run's store is: errors, failures, missing or "
+        "incomplete (errors + missing; --lf cannot see episodes that never ran)",
+    )
+    results.addoption(
+        "--vla-resume", action="store_true", help="skip episodes already recorded (= --vla-rerun=missing)"
+    )
+    results.addoption("--vla-shard", metavar="I/N", help="run shard I of N (deterministic, balanced by expected steps)")
+    results.addoption(
+        "--vla-retries", type=int, default=0, metavar="N", help="retry a crashed or errored episode N times [0]"
+    )
+    results.addoption(
+        "--vla-baseline",
+        metavar="DIR",
+        help="gate against a run directory (ours, or the reference runner's per-task JSON)",
+    )
+    results.addoption(
+        "--vla-max-drop",
+        type=float,
+        default=0.05,
+        metavar="X",
+        help="largest allowed split-SR drop vs the baseline [0.05]",
+    )
+    results.addoption(
+        "--vla-gate-alpha",
+        type=float,
+        metavar="A",
+        help="fail only when the drop is also significant (exact McNemar p < A on paired seeds)",
+    )
     parser.addini("vla_policy", "default for --policy", default="random")
     parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)
     parser.addini("vla_render", "default for --vla-render", default="auto")

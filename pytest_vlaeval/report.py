@@ -7,13 +7,34 @@ sits in pytest's own summary section and never interleaves with progress output.
 from __future__ import annotations
 
 import io
+import shlex
 from typing import Any
 
+from pytest_vlaeval.gate import GateResult
 from pytest_vlaeval.session import RunContext
+
+NARROWING = (
+    "--lf",
+    "--last-failed",
+    "--ff",
+    "--failed-first",
+    "--vla-resume",
+    "-x",
+    "--exitfirst",
+    "--sw",
+    "--stepwise",
+)
+NARROWING_WITH_VALUE = ("-k", "-m", "--deselect", "--vla-rerun", "--maxfail", "--lfnf", "--last-failed-no-failures")
+NARROWING_PREFIXES = (*tuple(f"{option}=" for option in NARROWING_WITH_VALUE if option.startswith("--")), "-k", "-m")
 
 
 def render_summary(
-    terminalreporter: Any, summary: dict[str, Any], per_task: list[dict[str, Any]], run: RunContext
+    terminalreporter: Any,
+    summary: dict[str, Any],
+    per_task: list[dict[str, Any]],
+    run: RunContext,
+    gate: GateResult | None,
+    args: tuple[str, ...],
 ) -> None:
     tr = terminalreporter
     tr.write_sep("=", f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy_spec}")
@@ -25,13 +46,22 @@ def render_summary(
     )
     for env_id in summary["tasks_without_results"]:
         tr.write_line(f"no completed episode: {env_id}", yellow=True)
+    if summary["n_rerolled"]:
+        tr.write_line(
+            f"rerolled: {summary['n_rerolled']} episodes that failed before succeeded on a rerun (rerolled_failures in summary.json)",
+            yellow=True,
+            bold=True,
+        )
     if summary["partial"]:
         tr.write_line(
             "partial run: SRs cover completed episodes only (see n_missing / errored_episodes in summary.json)",
             yellow=True,
             bold=True,
         )
+        tr.write_line(f"complete it with: {completion_command(args)}", bold=True)
     tr.write_line(f"results: {run.run_dir}")
+    if gate is not None:
+        tr.write_line(gate.verdict(), green=gate.passed, red=not gate.passed, bold=True)
 
 
 def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) -> str:
@@ -47,7 +77,7 @@ def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) ->
         ("split", "left"),
         ("memory", "left"),
         ("episodes", "right"),
-        ("SR", "right"),
+        ("SR [95% CI]", "right"),
         ("mean return", "right"),
         ("errors", "right"),
     ):
@@ -58,7 +88,7 @@ def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) ->
             result["split"],
             result["memory_type"],
             f"{result['n_episodes']}/{result['n_expected']}",
-            _pct(result["sr"]),
+            f"{_pct(result['sr'])} {_interval(result['sr_ci95'])}",
             f"{result['mean_return']:.3f}",
             str(result["n_errors"] or ""),
         )
@@ -66,13 +96,80 @@ def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) ->
 
     rates = Table(show_edge=False)
     rates.add_column("success rate (mean of per-task SRs)", no_wrap=True)
-    rates.add_column("SR", justify="right")
+    rates.add_column("SR [95% CI]", justify="right")
     for split, sr in summary["sr_per_split"].items():
-        rates.add_row(f"split {split}", _pct(sr))
+        rates.add_row(f"split {split}", f"{_pct(sr)} {_interval(summary['sr_per_split_ci95'][split])}")
     for memory_type, sr in summary["sr_per_memory_type"].items():
-        rates.add_row(f"memory {memory_type}", _pct(sr))
+        rates.add_row(
+            f"memory {memory_type}", f"{_pct(sr)} {_interval(summary['sr_per_memory_type_ci95'][memory_type])}"
+        )
     console.print(rates)
     return buffer.getvalue()
+
+
+def completion_command(args: tuple[str, ...]) -> str:
+    """The same command, selecting what is still missing or errored in the whole universe
+    (so narrowing options such as ``-k``, ``-m`` and ``--lf`` are dropped)."""
+    kept: list[str] = []
+    skip_value = False
+    for arg in args:
+        if skip_value:
+            skip_value = False
+        elif arg in NARROWING_WITH_VALUE:
+            skip_value = True
+        elif arg not in NARROWING and not arg.startswith(NARROWING_PREFIXES):
+            kept.append(arg)
+    return shlex.join(["pytest", *kept, "--vla-rerun=incomplete"])
+
+
+def markdown_report(
+    summary: dict[str, Any], per_task: list[dict[str, Any]], gate: GateResult | None, run: RunContext
+) -> str:
+    """``report.md``: split, memory-type and per-task SR with 95% intervals, and the gate verdict."""
+    lines = [
+        f"## {summary['benchmark']}: {summary['selected_split']} split, policy `{run.policy_spec}`",
+        "",
+        f"Split SR **{_pct(summary['sr_split'])}** {_interval(summary['sr_split_ci95'])} "
+        f"({summary['n_completed']}/{summary['n_expected']} episodes completed, {summary['n_errors']} errors"
+        f"{', partial' if summary['partial'] else ''}).",
+        "",
+    ]
+    if gate is not None:
+        lines += [f"**{gate.verdict()}**", ""]
+    lines += ["| group | SR | 95% CI |", "| --- | ---: | --- |"]
+    lines += [
+        f"| split {s} | {_pct(sr)} | {_interval(summary['sr_per_split_ci95'][s])} |"
+        for s, sr in summary["sr_per_split"].items()
+    ]
+    lines += [
+        f"| memory {m} | {_pct(sr)} | {_interval(summary['sr_per_memory_type_ci95'][m])} |"
+        for m, sr in summary["sr_per_memory_type"].items()
+    ]
+    lines += [
+        "",
+        "| task | split | memory | episodes | SR | 95% CI | errors |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: |",
+    ]
+    lines += [
+        f"| {r['env_id']} | {r['split']} | {r['memory_type']} | {r['n_episodes']}/{r['n_expected']} | {_pct(r['sr'])} | {_interval(r['sr_ci95'])} | {r['n_errors']} |"
+        for r in per_task
+    ]
+    if gate is not None and gate.tasks:
+        lines += [
+            "",
+            "| task | baseline SR | SR | drop | paired seeds | McNemar p |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {t.env_id} | {_pct(t.baseline_sr)} | {_pct(t.current_sr)} | {t.drop:+.3f} | {t.paired_seeds} | "
+            f"{'-' if t.p_value is None else f'{t.p_value:.4g}'} |"
+            for t in gate.tasks
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _interval(bounds: list[float] | None) -> str:
+    return "" if bounds is None else f"[{100 * bounds[0]:.0f}-{100 * bounds[1]:.0f}]"
 
 
 def _pct(value: float | None) -> str:

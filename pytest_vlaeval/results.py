@@ -17,8 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.record import EpisodeRecord
+from pytest_vlaeval.record import FAILURE, SUCCESS, EpisodeRecord
 from pytest_vlaeval.spec import Selection, Task
+from pytest_vlaeval.stats import mean_of_proportions_interval, wilson
+from pytest_vlaeval.store import latest
 
 
 def mean(values: Iterable[float]) -> float:
@@ -53,6 +55,7 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
         "episode_lengths": [int(r.length) for r in done],
         "episode_seeds": [r.seed for r in done],
         # Additions to the reference schema.
+        "sr_ci95": list(wilson(sum(successes), len(successes))),
         "n_expected": selection.episodes,
         "n_errors": len(errors),
         "errors": [{"seed": r.seed, "message": r.message} for r in errors],
@@ -62,15 +65,17 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
 
 
 def summary(
-    selection: Selection, records: dict[tuple[str, int], EpisodeRecord], *, interrupted: bool
+    selection: Selection, history: list[EpisodeRecord], *, interrupted: bool
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Summary and per-task results over the run's whole episode universe.
+    """Summary and per-task results over the run's whole episode universe, from every record of
+    the run (oldest first; the latest attempt of each episode counts).
 
     Split SR and memory-type SR are means of per-task SRs (not pooled over episodes), over the
     tasks that have at least one completed episode; ``partial`` says when that is not all.
     """
     universe = selection.episode_ids
-    records = {key: records[key] for key in universe if key in records}
+    every = latest(history)
+    records = {key: every[key] for key in universe if key in every}
     by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for record in records.values():
         by_task[record.task].append(record)
@@ -80,20 +85,24 @@ def summary(
         if any(r.completed for r in by_task[task.env_id])
     ]
     per_task_sr = {r["env_id"]: r["sr"] for r in per_task}
-    by_memory: dict[str, list[float]] = defaultdict(list)
-    by_split: dict[str, list[float]] = defaultdict(list)
+    by_memory: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_split: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in per_task:
-        by_memory[result["memory_type"]].append(result["sr"])
-        by_split[result["split"]].append(result["sr"])
+        by_memory[result["memory_type"]].append(result)
+        by_split[result["split"]].append(result)
     completed = [r for r in records.values() if r.completed]
     errored = [r for r in records.values() if not r.completed]
     n_missing = len(universe) - len(records)
+    failed_before = {r.key for r in history if r.outcome == FAILURE}
+    rerolled = [
+        {"task": r.task, "seed": r.seed} for r in records.values() if r.outcome == SUCCESS and r.key in failed_before
+    ]
     splits = {result["split"] for result in per_task}
     first = per_task[0] if per_task else {}
     body = {
         "split": splits.pop() if len(splits) == 1 else "Custom",
         "sr_split": mean(per_task_sr.values()) if per_task else None,
-        "sr_per_memory_type": {m: mean(v) for m, v in sorted(by_memory.items())},
+        "sr_per_memory_type": {m: mean(r["sr"] for r in group) for m, group in sorted(by_memory.items())},
         "tasks": list(per_task_sr),
         "per_task_sr": per_task_sr,
         "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
@@ -102,7 +111,11 @@ def summary(
         "benchmark_version": selection.benchmark.version,
         "benchmark_commit": selection.benchmark.benchmark_commit,
         "selected_split": selection.split,
-        "sr_per_split": {s: mean(v) for s, v in by_split.items()},
+        "sr_split_ci95": _group_interval(per_task) if per_task else None,
+        "sr_per_split": {s: mean(r["sr"] for r in group) for s, group in by_split.items()},
+        "sr_per_split_ci95": {s: _group_interval(group) for s, group in by_split.items()},
+        "sr_per_memory_type_ci95": {m: _group_interval(group) for m, group in sorted(by_memory.items())},
+        "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
         "start_seed": selection.start_seed,
         "n_episodes_per_task": selection.episodes,
         "canonical_protocol": selection.is_canonical,
@@ -117,11 +130,17 @@ def summary(
         "n_errors": len(errored),
         "n_missing": n_missing,
         "errored_episodes": [{"task": r.task, "seed": r.seed, "message": r.message} for r in errored],
+        "rerolled_failures": rerolled,
+        "n_rerolled": len(rerolled),
         "partial": interrupted or len(completed) != len(universe),
         "interrupted": interrupted,
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     return body, per_task
+
+
+def _group_interval(results: list[dict[str, Any]]) -> list[float]:
+    return list(mean_of_proportions_interval([(sum(r["successes"]), r["n_episodes"]) for r in results]))
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:

@@ -5,6 +5,7 @@ Bad input stops here with one line (pytest's usage error), before any episode ru
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.policy import BUILTIN_POLICIES
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
+from pytest_vlaeval.subset import RERUN_MODES, parse_shard
 
 THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
@@ -33,38 +35,85 @@ class RunContext:
     policy_spec: str
     render: str
     run_dir: Path
+    retries: int = 0
+    shard: tuple[int, int] | None = None
+    rerun: str | None = None
+    baseline: Path | None = None
+    max_drop: float = 0.05
+    gate_alpha: float | None = None
+    episodes: frozenset[tuple[str, int]] = frozenset()
+    """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
+    subset_note: str | None = None
+
+    @property
+    def store_label(self) -> str:
+        return f"shard{self.shard[0]}of{self.shard[1]}" if self.shard else ""
+
+
+WORKER_PLAN = "vla_plan"
+"""``workerinput`` key: the episode ids the controller chose, so all workers collect the same."""
 
 
 def start(config: pytest.Config) -> None:
+    from pytest_vlaeval.store import RunStore
+
     try:
         run = _run_context(config)
+        worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
+        if worker_plan is not None:
+            run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
+        else:
+            run = _plan(run, RunStore(run.run_dir, run.store_label).history())
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
 
-    from pytest_vlaeval.collect import BenchmarkCollection, EpisodeReports
+    from pytest_vlaeval.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.runner import EpisodeRunner
 
     runner = EpisodeRunner(run.selection, run.policy_spec, run.render)
-    config.pluginmanager.register(BenchmarkCollection(run.selection, runner), "vlaeval-collection")
+    config.pluginmanager.register(
+        BenchmarkCollection(Plan(run.selection, run.episodes, runner, run.retries, run.subset_note)), "vlaeval-collection"
+    )
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
 
     from pytest_vlaeval import render
     from pytest_vlaeval.controller import ResultsController
-    from pytest_vlaeval.store import RunStore, fingerprint
+    from pytest_vlaeval.store import fingerprint
 
     render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
     _preflight(run)
-    store = RunStore(run.run_dir)
+    store = RunStore(run.run_dir, run.store_label)
     try:
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.pluginmanager.register(ResultsController(run, store), "vlaeval-controller")
+
+
+def _plan(run: RunContext, history: list) -> RunContext:
+    """Narrow the universe to this session's episodes: a shard, then what the store says."""
+    from pytest_vlaeval.store import latest
+    from pytest_vlaeval.subset import shard, still_to_run
+
+    universe = run.selection.episode_ids
+    chosen = shard(run.selection, *run.shard) if run.shard else universe
+    notes = [f"shard {run.shard[0]}/{run.shard[1]}: {len(chosen)} of {len(universe)} episodes"] if run.shard else []
+    if run.rerun:
+        records = latest(history)
+        before = len(chosen)
+        chosen = still_to_run(chosen, records, run.rerun)
+        done = sum(1 for key in universe if key in records)
+        notes.append(
+            f"--vla-rerun={run.rerun}: {len(chosen)} of {before} episodes selected ({done} of {len(universe)} already recorded in {run.run_dir})"
+        )
+    return dataclasses.replace(
+        run, episodes=frozenset(chosen), subset_note="vlaeval: " + "; ".join(notes) if notes else None
+    )
 
 
 def _run_context(config: pytest.Config) -> RunContext:
@@ -85,7 +134,32 @@ def _run_context(config: pytest.Config) -> RunContext:
     results_root = Path(config.getoption("vla_results") or config.getini("vla_results"))
     if not results_root.is_absolute():
         results_root = config.invocation_params.dir / results_root
-    return RunContext(selection, policy_spec, render, results_root / run_dir_name(selection, policy_spec))
+    rerun = config.getoption("vla_rerun")
+    if rerun is not None and rerun not in RERUN_MODES:
+        raise SpecError(f"--vla-rerun {rerun!r}; valid: {', '.join(RERUN_MODES)}")
+    if config.getoption("vla_resume"):
+        if rerun not in (None, "missing"):
+            raise SpecError(
+                f"--vla-resume runs the episodes with no record; it does not combine with --vla-rerun={rerun}"
+            )
+        rerun = "missing"
+    shard_arg = config.getoption("vla_shard")
+    baseline = config.getoption("vla_baseline")
+    retries = config.getoption("vla_retries")
+    if retries < 0:
+        raise SpecError(f"--vla-retries must be >= 0, got {retries}")
+    return RunContext(
+        selection,
+        policy_spec,
+        render,
+        results_root / run_dir_name(selection, policy_spec),
+        retries=retries,
+        shard=parse_shard(shard_arg) if shard_arg else None,
+        rerun=rerun,
+        baseline=Path(baseline) if baseline else None,
+        max_drop=config.getoption("vla_max_drop"),
+        gate_alpha=config.getoption("vla_gate_alpha"),
+    )
 
 
 def _check_policy_spec(spec: str) -> None:

@@ -24,6 +24,7 @@ from pytest_vlaeval.record import EpisodeRecord
 from pytest_vlaeval.spec import Selection
 
 FINGERPRINT_FILE = "fingerprint.json"
+POLICY_FILE = "policy.json"
 EPISODES_DIR = "episodes"
 VERSIONED_PACKAGES = ("pytest-vlaeval", "mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium")
 
@@ -56,13 +57,14 @@ def fingerprint(selection: Selection, policy_spec: str, render: str) -> dict[str
 
 
 class RunStore:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, label: str = "") -> None:
         self.run_dir = run_dir
+        self.label = label
         self._log: IO[str] | None = None
 
-    def claim(self, expected: dict[str, Any]) -> None:
+    def claim(self, expected: dict[str, Any], name: str = FINGERPRINT_FILE) -> None:
         """Record the run's fingerprint, or refuse to mix into a run that differs."""
-        path = self.run_dir / FINGERPRINT_FILE
+        path = self.run_dir / name
         if path.is_file():
             stored = json.loads(path.read_text(encoding="utf-8"))
             if stored != expected:
@@ -79,33 +81,42 @@ class RunStore:
 
         write_json_atomic(path, expected)
 
+    def fingerprint(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+
     def append(self, record: EpisodeRecord) -> None:
         if self._log is None:
             directory = self.run_dir / EPISODES_DIR
             directory.mkdir(parents=True, exist_ok=True)
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-            self._log = (directory / f"{stamp}-{socket.gethostname()}-{os.getpid()}.jsonl").open("a", encoding="utf-8")
+            name = "-".join(filter(None, (stamp, socket.gethostname(), str(os.getpid()), self.label)))
+            self._log = (directory / f"{name}.jsonl").open("a", encoding="utf-8")
         self._log.write(json.dumps(record.to_dict()) + "\n")
         self._log.flush()
         os.fsync(self._log.fileno())
 
-    def load(self) -> dict[tuple[str, int], EpisodeRecord]:
-        """Every recorded episode, the latest attempt of each (task, seed) winning."""
+    def history(self) -> list[EpisodeRecord]:
+        """Every record of the run, oldest first."""
         records = []
-        for path in sorted((self.run_dir / EPISODES_DIR).glob("*.jsonl")):
+        for path in self.logs():
             with path.open(encoding="utf-8") as f:
                 for line in f:
                     if line.endswith("\n"):  # a torn last line from a crash is not a record
                         records.append(EpisodeRecord.from_dict(json.loads(line)))
-        latest: dict[tuple[str, int], EpisodeRecord] = {}
-        for record in sorted(records, key=lambda r: r.time):
-            latest[record.key] = record
-        return latest
+        return sorted(records, key=lambda r: r.time)
+
+    def logs(self) -> list[Path]:
+        return sorted((self.run_dir / EPISODES_DIR).glob("*.jsonl"))
 
     def close(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def latest(history: list[EpisodeRecord]) -> dict[tuple[str, int], EpisodeRecord]:
+    """The latest attempt of each (task, seed) wins."""
+    return {record.key: record for record in history}
 
 
 def _version(name: str) -> str | None:

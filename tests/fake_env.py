@@ -3,12 +3,14 @@
 It mimics what matters of MIKASA: dict observations with a privileged key, the instruction in
 ``info``, a success flag per step, a step limit, and the trap of zeroing the previous action
 in place on reset. Task names choose behaviours: ``Broken*`` cannot be built, ``Crash*``
-kills its worker process mid-episode.
+kills its worker process mid-episode, ``Flaky*`` kills it with SIGKILL once per working
+directory (the first attempt of its first episode) and then behaves.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 import numpy as np
 
@@ -36,6 +38,8 @@ class FakeEnv:
         self._t += 1
         if self.task.env_id.startswith("Crash") and self._t == 2:
             os._exit(13)
+        if self.task.env_id.startswith("Flaky") and self._t == 2 and _first_time("flaky.once"):
+            os.kill(os.getpid(), signal.SIGKILL)
         # Success when the first action component beats a seed-dependent bar.
         bar = 0.5 + 0.1 * (self._seed % 5)
         success = bool(action[0] > bar)
@@ -53,6 +57,15 @@ class FakeEnv:
             "proprio": np.full((1, 7), self._t, dtype=np.float32),
             "task_cue": np.array([self._seed], dtype=np.int64),
         }
+
+
+def _first_time(marker):
+    """True for exactly one caller across processes sharing the working directory."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
 
 
 def make_env(task, benchmark, render_request):

@@ -56,7 +56,7 @@ def test_k_selection_and_episode_count(fake: pytest.Pytester) -> None:
         (["--benchmark=shortt"], "unknown benchmark 'shortt'; valid: short, medium, long, all, "),
         (
             ["--benchmark=fake.yaml:medium"],
-            "unknown split 'medium' for benchmark 'fake'; valid: short, long, extra, crash, all",
+            "unknown split 'medium' for benchmark 'fake'; valid: short, long, extra, crash, flaky, all",
         ),
         (
             ["--benchmark=fake.yaml:short", "--vla-tasks=Alpha-v0,Gama-v0"],

@@ -1,0 +1,128 @@
+"""Merge run directories (shards from several machines or CI jobs) into one run.
+
+``python -m pytest_vlaeval merge RUN_DIR... [--out DIR]`` (also ``vlaeval-merge``) checks that
+every directory holds the same run (equal fingerprints), copies their episode logs into the
+output, says which shards and episodes are still missing with the command that fills them, and
+writes the canonical files. Logs are copied by name and the latest attempt of each episode
+wins, so merging the same shard twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results import summary, write_json_atomic
+from pytest_vlaeval.spec import resolve_benchmark, select
+from pytest_vlaeval.store import EPISODES_DIR, FINGERPRINT_FILE, POLICY_FILE, RunStore
+
+SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
+
+
+def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> list[str]:
+    """Merge ``run_dirs`` into ``out``; returns the lines to print. Raises SpecError on a mismatch."""
+    fingerprints = {d: _read(d / FINGERPRINT_FILE) for d in run_dirs}
+    reference = next(iter(fingerprints.values()))
+    for directory, fingerprint in fingerprints.items():
+        if fingerprint != reference:
+            diff = ", ".join(
+                k for k in sorted(set(reference) | set(fingerprint)) if reference.get(k) != fingerprint.get(k)
+            )
+            raise SpecError(f"{directory} is not the same run as {run_dirs[0]} (differs in: {diff})")
+    policies = {json.dumps(_read(d / POLICY_FILE), sort_keys=True) for d in run_dirs if (d / POLICY_FILE).is_file()}
+    if len(policies) > 1:
+        raise SpecError(f"the runs were made with different policy configurations: {sorted(policies)}")
+
+    store = RunStore(out)
+    store.claim(reference)
+    if policies:
+        store.claim(json.loads(policies.pop()), POLICY_FILE)
+    copied = 0
+    for directory in run_dirs:
+        for log in RunStore(directory).logs():
+            target = out / EPISODES_DIR / log.name
+            if target.exists():
+                if not filecmp.cmp(log, target, shallow=False):
+                    raise SpecError(f"{target} exists with other content than {log}")
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, target)
+            copied += 1
+
+    benchmark, _ = resolve_benchmark(benchmark_arg or reference["benchmark"])
+    if benchmark.digest != reference["benchmark_digest"]:
+        raise SpecError(f"benchmark {benchmark.name!r} here differs from the one the run used; pass --benchmark FILE")
+    selection = select(
+        benchmark,
+        reference["split"],
+        env_ids=reference["tasks"],
+        start_seed=reference["start_seed"],
+        episodes=reference["episodes"],
+    )
+    body, per_task = summary(selection, RunStore(out).history(), interrupted=False)
+    for result in per_task:
+        write_json_atomic(out / f"{result['env_id']}.json", result)
+    write_json_atomic(out / "summary.json", body)
+
+    lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]
+    lines += [
+        f"shard {index}/{count} has no episode log: run `{rerun_command(reference, f'--vla-shard={index}/{count}')}`"
+        for index, count in missing_shards(out)
+    ]
+    lines.append(
+        f"episodes: {body['n_completed']} completed, {body['n_errors']} errors, {body['n_missing']} missing of {body['n_expected']}; "
+        f"split SR {body['sr_split']}"
+    )
+    if body["n_errors"] or body["n_missing"]:
+        lines.append(
+            f"fill the gaps with: {rerun_command(reference, '--vla-rerun=incomplete', f'--vla-results={out.parent}')}"
+        )
+    return lines
+
+
+def missing_shards(run_dir: Path) -> list[tuple[int, int]]:
+    """Shards of an N-way split that left no log in ``run_dir``."""
+    seen: dict[int, set[int]] = {}
+    for log in RunStore(run_dir).logs():
+        match = SHARD_LABEL.search(log.name)
+        if match:
+            seen.setdefault(int(match.group(2)), set()).add(int(match.group(1)))
+    return [(i, n) for n, present in sorted(seen.items()) for i in range(1, n + 1) if i not in present]
+
+
+def rerun_command(fingerprint: dict[str, Any], *extra: str) -> str:
+    """The pytest command that evaluates (part of) the run a fingerprint describes."""
+    args = [
+        "pytest",
+        f"--benchmark={fingerprint['benchmark']}:{fingerprint['split']}",
+        f"--policy={fingerprint['policy']}",
+    ]
+    args += [f"--vla-tasks={','.join(fingerprint['tasks'])}", f"--episodes={fingerprint['episodes']}"]
+    args += [f"--vla-start-seed={fingerprint['start_seed']}", f"--vla-render={fingerprint['render']}", *extra]
+    return shlex.join(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vlaeval-merge", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    parser.add_argument("--out", type=Path, help="merged run directory [the first RUN_DIR]")
+    parser.add_argument("--benchmark", help="benchmark name or YAML file, when it is not a built-in")
+    args = parser.parse_args(argv)
+    try:
+        lines = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark)
+    except (SpecError, FileNotFoundError) as exc:
+        print(f"vlaeval-merge: {exc}")
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
