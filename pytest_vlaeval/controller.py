@@ -80,6 +80,7 @@ class ResultsController:
             report.outcome = RERUN_OUTCOME  # type: ignore[assignment]
             sched.mark_test_pending(crashitem)
         else:
+            report.when = "setup"  # the episode could not be evaluated: pytest counts it as an error
             self._settle(crashitem)
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:

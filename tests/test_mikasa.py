@@ -182,3 +182,18 @@ def test_render_check_passes_on_this_machine() -> None:
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.strip().splitlines()[-1] in ("cpu", "gpu")
+
+
+def test_rerun_of_failures_on_real_episodes_keeps_the_summary_whole(serial) -> None:
+    """Rerun only the failed episodes of the serial run; deterministic episodes fail again."""
+    before = episode_records(serial[1])
+    failed = sorted(key for key, r in before.items() if r["outcome"] == "failure")
+    assert failed, "the random policy fails some of these episodes"
+    proc, run_dir = run_session(serial[1].parent.parent, "--vla-rerun=failures")
+    assert run_dir == serial[1]
+    assert f"--vla-rerun=failures: {len(failed)} of 6 episodes selected" in proc.stdout
+    after = episode_records(run_dir)
+    assert comparable(after) == comparable(before)
+    assert sorted(key for key, r in after.items() if r["attempt"] == 2) == failed
+    summary = read_json(run_dir / "summary.json")
+    assert summary["n_completed"] == 4 and summary["n_rerolled"] == 0 and summary["n_errors"] == 2

@@ -115,6 +115,17 @@ def test_sigkilled_worker_is_an_error_record_then_retried(fake: pytest.Pytester)
     assert "1 rerun" in result.stdout.lines[-1]
 
 
+def test_episodes_lost_with_their_worker_are_errors_never_silently_missing(fake: pytest.Pytester) -> None:
+    result = fake.runpytest_subprocess(
+        "--benchmark=fake.yaml:crash", "--episodes=3", "-n", "1", "--max-worker-restart=0"
+    )
+    result.stdout.fnmatch_lines(["*1 error*"])
+    records = all_records(run_dir(fake))
+    assert [(r["seed"], r["error_kind"]) for r in records] == [(100, "crash"), (101, "lost"), (102, "lost")]
+    summary = read_json(run_dir(fake) / "summary.json")
+    assert (summary["n_errors"], summary["n_missing"], summary["interrupted"]) == (3, 0, False)
+
+
 def test_errors_within_a_worker_are_retried(fake: pytest.Pytester) -> None:
     fake.makepyfile(
         second="""
