@@ -25,6 +25,10 @@ from pytest_vlaeval.results import summary, write_json_atomic
 from pytest_vlaeval.session import WORKER_PLAN, RunContext
 from pytest_vlaeval.store import POLICY_FILE, RunStore, latest
 
+JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+"""Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session
+that selected nothing (``--vla-rerun=errors`` on a complete run) just re-judges the run."""
+
 RERUN_OUTCOME = "rerun"
 """Outcome given to a crashed attempt that will be retried, so pytest counts it apart."""
 
@@ -171,7 +175,7 @@ class ResultsController:
             self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
             if not self.gate.passed:
                 session.exitstatus = EXIT_GATE_FAILED
-            elif session.exitstatus == pytest.ExitCode.TESTS_FAILED and not self._errored_this_session():
+            elif session.exitstatus in JUDGED_BY_THE_GATE and not self._errored_this_session():
                 session.exitstatus = pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
         from pytest_vlaeval.report import markdown_report
 
