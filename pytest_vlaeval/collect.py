@@ -58,8 +58,11 @@ class EpisodeItem(pytest.Item):
     def setup(self) -> None:
         """Run the episode; an error is retried up to ``--vla-retries`` times."""
         for _ in range(1 + self.retries):
-            self.attempts.append(self.runner.run(self.task, self.seed, self.index))
-            if self.attempts[-1].outcome != ERROR:
+            record = self.runner.run(self.task, self.seed, self.index)
+            self.attempts.append(record)
+            if record.video:
+                self.user_properties.append(("video", record.video))  # e.g. into junitxml
+            if record.outcome != ERROR:
                 return
             self.runner.close_env()  # a retry starts from a freshly built env
         raise EpisodeError(self.attempts[-1].message)
@@ -184,6 +187,8 @@ class EpisodeReports:
             report.longrepr = record.message
             if record.detail:
                 report.sections.append(("episode error traceback", record.detail))
+        if record.video and (call.when == "call" or report.failed):
+            report.sections.append(("episode video", record.video))
         if call.when == "call" or (call.when == "setup" and report.failed):
             # Round-trip through JSON: execnet carries builtin types only, and anything else
             # in a report would be lost with a silent INTERNALERROR.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_vlaeval.collect import RECORD_ATTR, EpisodeItem, parse_nodeid
+from pytest_vlaeval.deadline import HARD_FACTOR
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.record import ERROR, EpisodeRecord
 from pytest_vlaeval.results import summary, write_json_atomic
@@ -47,6 +49,9 @@ class ResultsController:
         self.written: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
         self.gate: Any = None
         self.policy_claimed = False
+        self.chart: Path | None = None
+        self.reporter: Any = None
+        self.started = time.monotonic()
 
     # -- what was scheduled --------------------------------------------------------------
 
@@ -78,6 +83,8 @@ class ResultsController:
             return
         worker = getattr(getattr(report, "node", None), "gateway", None)
         message = f"worker {getattr(worker, 'id', '?')} crashed while running this episode"
+        if self.run.timeout:
+            message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
         self._accept(crashitem, self._error(crashitem, message, "crash", worker), final=False)
         if self.crash_retries[crashitem] < self.run.retries:
             self.crash_retries[crashitem] += 1
@@ -126,10 +133,38 @@ class ResultsController:
 
     def _settle(self, nodeid: str) -> None:
         self.reported.add(nodeid)
-        pending = self.pending_by_task[self.scheduled[nodeid][0]]
+        task = self.scheduled[nodeid][0]
+        pending = self.pending_by_task[task]
         pending.discard(nodeid)
         if not pending:
             self.write()
+            self._progress(task)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        self.started = time.monotonic()
+
+    def _progress(self, task: str) -> None:
+        """One line per finished task: its SR, and the session's progress with an ETA by steps."""
+        if self.reporter is None or self.written is None:
+            return
+        steps = {t.env_id: t.max_steps for t in self.run.selection.tasks}
+        done = [key for nodeid, key in self.scheduled.items() if nodeid in self.reported]
+        done_steps = sum(steps[t] for t, _ in done)
+        left_steps = sum(steps[t] for nodeid, (t, _) in self.scheduled.items() if nodeid not in self.reported)
+        elapsed = time.monotonic() - self.started
+        eta = f"ETA {_duration(elapsed * left_steps / done_steps)}" if left_steps and done_steps else "done"
+        result = next((r for r in self.written[1] if r["env_id"] == task), None)
+        verdict = (
+            f"SR {100 * result['sr']:.1f}% ({result['n_episodes']}/{result['n_expected']}, {result['n_errors']} errors)"
+            if result
+            else "no completed episode"
+        )
+        if self.reporter._tw.width_of_current_line:  # after a row of progress dots
+            self.reporter.write("\n")
+        self.reporter.write_line(
+            f"vlaeval: {task} {verdict} | {len(done)}/{len(self.scheduled)} episodes, {_duration(elapsed)}, {eta}"
+        )
 
     def _errored_this_session(self) -> bool:
         """Whether an episode of this session ended in an error (an incomplete run never passes)."""
@@ -177,7 +212,10 @@ class ResultsController:
                 session.exitstatus = EXIT_GATE_FAILED
             elif session.exitstatus in JUDGED_BY_THE_GATE and not self._errored_this_session():
                 session.exitstatus = pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
+        from pytest_vlaeval.chart import CHART_FILE, write_chart
         from pytest_vlaeval.report import markdown_report
+
+        self.chart = write_chart(body, per_task, self.run.run_dir / CHART_FILE)
 
         markdown = markdown_report(body, per_task, self.gate, self.run)
         (self.run.run_dir / "report.md").write_text(markdown, encoding="utf-8")
@@ -199,4 +237,10 @@ class ResultsController:
             return
         from pytest_vlaeval.report import render_summary
 
-        render_summary(terminalreporter, *self.written, self.run, self.gate, config.invocation_params.args)
+        render_summary(terminalreporter, *self.written, self.run, self.gate, config.invocation_params.args, self.chart)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

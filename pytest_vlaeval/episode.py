@@ -39,8 +39,12 @@ def run_episode(
     episode_index: int,
     action_dim: int,
     policy_obs_keys: tuple[str, ...],
+    on_frame: Callable[[dict[str, Any]], None] | None = None,
 ) -> EpisodeResult:
-    """Run one seeded episode and return its success latch, return and length."""
+    """Run one seeded episode and return its success latch, return and length.
+
+    ``on_frame`` (for videos) sees the observation before every step and after the last one.
+    """
     obs, info = _env_call(env.reset, seed=seed, options=dict(RESET_OPTIONS))
     max_steps = int(env.max_episode_steps)
     instruction = instruction_text(info.get("language_instruction"))
@@ -54,6 +58,8 @@ def run_episode(
     total_return = 0.0
     length = 0
     while length < max_steps:
+        if on_frame is not None:
+            on_frame(obs)
         if not actions:
             output = _policy_call(policy.act, policy_view(obs, policy_obs_keys, instruction))
             actions.extend(as_action_chunk(output, action_dim, policy.chunk_size))
@@ -65,6 +71,8 @@ def run_episode(
         instruction = instruction_text(info.get("language_instruction"), default=instruction)
         if terminated or truncated:
             break
+    if on_frame is not None:
+        on_frame(obs)
     return EpisodeResult(success=success_once, episode_return=total_return, length=length)
 
 

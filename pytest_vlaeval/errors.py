@@ -31,10 +31,22 @@ class EnvError(EpisodeError):
     kind = "env"
 
 
+class ServerError(EpisodeError):
+    """A policy server could not be reached, timed out, refused a request or broke protocol."""
+
+    kind = "server"
+
+
 class AssetMissing(EnvError):
     """A data file the task needs is not installed."""
 
     kind = "asset"
+
+
+class EpisodeTimeout(EnvError):
+    """The episode ran past ``--vla-timeout``; the env it was using is not trusted again."""
+
+    kind = "timeout"
 
 
 class EpisodeFailed(AssertionError):

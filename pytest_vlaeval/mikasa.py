@@ -43,6 +43,14 @@ class MikasaEnv:
             info,
         )
 
+    def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
+        """The scene camera's render beside the policy's top and wrist cameras (for videos)."""
+        from pytest_vlaeval.video import compose
+
+        scene = self.env.unwrapped.render_rgb_array()[0].cpu().numpy()
+        cameras = obs["rgb"][0].cpu().numpy()
+        return compose(scene, cameras[..., :3], cameras[..., 3:6])
+
     def close(self) -> None:
         self.env.close()
 

@@ -26,7 +26,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "or a benchmark YAML file[:SPLIT]. Without it the plugin does nothing.",
     )
     group.addoption(
-        "--policy", metavar="SPEC", help="module:attr (class or factory), or a built-in: random, zero [random]"
+        "--policy",
+        metavar="SPEC",
+        help="module:attr (class or factory), a built-in: random, zero, or a policy server: ws://HOST:PORT, "
+        "openpi://HOST:PORT [random]",
+    )
+    group.addoption(
+        "--vla-serve",
+        metavar="SPEC",
+        help="serve the policy SPEC (module:attr or built-in) from one server process for the whole session, "
+        "shared by all xdist workers and batched across their episodes",
     )
     group.addoption("--episodes", type=int, metavar="N", help="episodes per task [benchmark's protocol: 50]")
     group.addoption(
@@ -38,6 +47,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vla-render",
         choices=("auto", "gpu", "cpu"),
         help="simulation/render backend: gpu when a CUDA device is present under auto, else software Vulkan [auto]",
+    )
+    group.addoption(
+        "--vla-dist",
+        choices=("affinity", "xdist"),
+        help="spreading episodes over xdist workers: affinity (a worker keeps one task's env for its episodes; "
+        "an idle one takes a new task or the tail of the longest queue) or xdist (its --dist mode) "
+        "[affinity, unless --dist is given]",
+    )
+    group.addoption(
+        "--vla-placement",
+        metavar="SPEC",
+        help="GPUs of the xdist workers (CUDA_VISIBLE_DEVICES), comma-separated GPUS[:WORKERS] segments: "
+        "0-3 (one GPU each), 0-1:0-3 (two workers per GPU), 0-3:0-1 (two GPUs each), all. Sets -n when not given.",
     )
     results = parser.getgroup(
         "vlaeval-results", "VLA evaluation: reruns, shards and the regression gate (pytest-vlaeval)"
@@ -72,6 +94,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         metavar="A",
         help="fail only when the drop is also significant (exact McNemar p < A on paired seeds)",
+    )
+    group.addoption(
+        "--vla-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="per-episode limit (env build + episode): past it the episode is an error and, under xdist, "
+        "a worker stuck in native code is replaced",
+    )
+    group.addoption(
+        "--vla-video",
+        choices=("none", "failed", "all"),
+        default="none",
+        help="write an mp4 per episode (scene beside the two cameras) under <run>/videos/: "
+        "none, failed (every episode that did not succeed) or all [none]",
     )
     parser.addini("vla_policy", "default for --policy", default="random")
     parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)

@@ -12,7 +12,8 @@ A policy is any object with:
     and ``proprio`` (1, 7) float32, as torch tensors) and ``instruction`` (str). Return one action
     of shape (D,) or (1, D), or a chunk of shape (K, D) or (1, K, D), as numpy or torch, finite.
 
-``--policy`` takes ``module:attr`` (a class or a zero-argument factory), or a built-in name.
+``--policy`` takes ``module:attr`` (a class or a zero-argument factory), a built-in name, or a
+policy server's address (``ws://HOST:PORT``, ``openpi://HOST:PORT``; see ``serving/``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ def resolve_policy_factory(spec: str) -> Any:
 
 def build_policy(spec: str, action_dim: int) -> Policy:
     """Instantiate the policy a spec names and check it honours the interface."""
+    if "://" in spec:  # a policy server: ws://HOST:PORT or openpi://HOST:PORT
+        from pytest_vlaeval.serving.client import connect_policy
+
+        return connect_policy(spec, action_dim)
     factory = resolve_policy_factory(spec)
     try:
         policy = factory(action_dim) if spec in BUILTIN_POLICIES else factory()

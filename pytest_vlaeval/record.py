@@ -32,6 +32,9 @@ class EpisodeRecord:
     chunk_size: int | None = None
     model: dict[str, Any] | None = None
     render_backend: str | None = None
+    env_built: bool | None = None
+    """Whether this episode's env was built for it (not kept from the worker's previous episode)."""
+    video: str | None = None
     detail: str | None = None
     """For errors raised by the policy or simulator: the original traceback."""
 

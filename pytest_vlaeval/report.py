@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import shlex
+from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.gate import GateResult
@@ -35,6 +36,7 @@ def render_summary(
     run: RunContext,
     gate: GateResult | None,
     args: tuple[str, ...],
+    chart: Path | None,
 ) -> None:
     tr = terminalreporter
     tr.write_sep("=", f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy_spec}")
@@ -59,7 +61,7 @@ def render_summary(
             bold=True,
         )
         tr.write_line(f"complete it with: {completion_command(args)}", bold=True)
-    tr.write_line(f"results: {run.run_dir}")
+    tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
     if gate is not None:
         tr.write_line(gate.verdict(), green=gate.passed, red=not gate.passed, bold=True)
 

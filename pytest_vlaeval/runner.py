@@ -12,21 +12,33 @@ import os
 import time
 import traceback
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval import assets
+from pytest_vlaeval.deadline import deadline
 from pytest_vlaeval.episode import run_episode
-from pytest_vlaeval.errors import AssetMissing, EnvError, EpisodeError, PolicyError
+from pytest_vlaeval.errors import AssetMissing, EnvError, EpisodeError, EpisodeTimeout, PolicyError
 from pytest_vlaeval.policy import Policy, build_policy, describe_policy
 from pytest_vlaeval.record import ERROR, FAILURE, SUCCESS, EpisodeRecord, outcome_message
 from pytest_vlaeval.spec import Selection, Task
+from pytest_vlaeval.video import EpisodeVideo
 
 
 class EpisodeRunner:
-    def __init__(self, selection: Selection, policy_spec: str, render_request: str) -> None:
+    def __init__(
+        self,
+        selection: Selection,
+        policy_spec: str,
+        render_request: str,
+        timeout: float | None = None,
+        video: tuple[str, Path] = ("none", Path("videos")),
+    ) -> None:
         self.selection = selection
         self.policy_spec = policy_spec
         self.render_request = render_request
+        self.timeout = timeout
+        self.video_mode, self.video_dir = video
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.env_builds = 0
         self._policy: Policy | None = None
@@ -42,20 +54,29 @@ class EpisodeRunner:
         try:
             policy = self.policy()
             fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec))
-            env = self.env_for(task)
-            try:
-                result = run_episode(
-                    env,
-                    policy,
-                    task=task.env_id,
-                    seed=seed,
-                    episode_index=episode_index,
-                    action_dim=self.selection.benchmark.env.action_dim,
-                    policy_obs_keys=self.selection.benchmark.env.policy_obs_keys,
-                )
-            except EnvError:
-                self.close_env()  # a simulator that failed mid-episode is not trusted again
-                raise
+            # Under xdist a stuck worker can be replaced, so the watchdog may end the process.
+            with deadline(self.timeout, f"{task.env_id} seed {seed}", hard=self.worker != "main"):
+                builds = self.env_builds
+                env = self.env_for(task)
+                fields["env_built"] = self.env_builds > builds
+                video = EpisodeVideo(env) if self.video_mode != "none" else None
+                try:
+                    result = run_episode(
+                        env,
+                        policy,
+                        task=task.env_id,
+                        seed=seed,
+                        episode_index=episode_index,
+                        action_dim=self.selection.benchmark.env.action_dim,
+                        policy_obs_keys=self.selection.benchmark.env.policy_obs_keys,
+                        on_frame=video.capture if video else None,
+                    )
+                except EpisodeError as exc:
+                    if isinstance(exc, EnvError):
+                        self.close_env()  # a simulator that failed mid-episode is not trusted again
+                    fields["video"] = self._keep_video(video, task, seed, success=False)
+                    raise
+                fields["video"] = self._keep_video(video, task, seed, success=result.success)
         except EpisodeError as exc:
             detail = "".join(traceback.format_exception(exc.__cause__)) if exc.__cause__ else None
             return self._record(
@@ -90,20 +111,29 @@ class EpisodeRunner:
                 raise self._env_error
             return self._env
         self.close_env()
-        self._env_task = task.env_id
         try:
             self._check_assets(task)
-            self._env = self._factory()(task, self.selection.benchmark, self.render_request)
+            env = self._factory()(task, self.selection.benchmark, self.render_request)
+        except EpisodeTimeout:
+            raise  # not remembered: the next episode of this task tries to build again
         except EnvError as exc:
-            self._env_error = exc
+            self._env_task, self._env_error = task.env_id, exc
             raise
+        self._env_task, self._env = task.env_id, env
         self.env_builds += 1
-        return self._env
+        return env
 
     def close_env(self) -> None:
         env, self._env, self._env_task, self._env_error = self._env, None, None, None
         if env is not None:
             env.close()
+
+    def _keep_video(self, video: EpisodeVideo | None, task: Task, seed: int, *, success: bool) -> str | None:
+        """Write the episode's video when the mode asks for it (``failed``: anything but success)."""
+        if video is None or (self.video_mode == "failed" and success):
+            return None
+        path = video.write(self.video_dir / task.env_id / f"{seed}.mp4")
+        return str(path) if path else None
 
     def _check_assets(self, task: Task) -> None:
         for name in task.assets:

@@ -41,6 +41,7 @@ class RunContext:
     baseline: Path | None = None
     max_drop: float = 0.05
     gate_alpha: float | None = None
+    timeout: float | None = None
     episodes: frozenset[tuple[str, int]] = frozenset()
     """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
     subset_note: str | None = None
@@ -73,13 +74,28 @@ def start(config: pytest.Config) -> None:
     from pytest_vlaeval.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.runner import EpisodeRunner
 
-    runner = EpisodeRunner(run.selection, run.policy_spec, run.render)
+    runner = EpisodeRunner(
+        run.selection, run.policy_spec, run.render, run.timeout, (config.getoption("vla_video"), run.run_dir / "videos")
+    )
     config.pluginmanager.register(
-        BenchmarkCollection(Plan(run.selection, run.episodes, runner, run.retries, run.subset_note)), "vlaeval-collection"
+        BenchmarkCollection(Plan(run.selection, run.episodes, runner, run.retries, run.subset_note)),
+        "vlaeval-collection",
     )
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
+    if config.getoption("vla_serve") and hasattr(config, "workerinput"):
+        from pytest_vlaeval.serving.url import SERVED_URL_KEY
+
+        runner.policy_spec = config.workerinput.get(SERVED_URL_KEY, runner.policy_spec)  # absent under --co
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
+
+    from pytest_vlaeval import placement, scheduler
+
+    try:
+        placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
+        scheduler.install(config, run.selection)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
     from pytest_vlaeval import render
     from pytest_vlaeval.controller import ResultsController
@@ -92,6 +108,11 @@ def start(config: pytest.Config) -> None:
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if config.getoption("vla_serve"):
+        from pytest_vlaeval.serving.launcher import serve_session
+
+        # Episodes here, and on xdist workers (via their workerinput), use the shared server.
+        runner.policy_spec = serve_session(config, run.policy_spec, run.run_dir / "server.log")
     config.pluginmanager.register(ResultsController(run, store), "vlaeval-controller")
 
 
@@ -128,7 +149,10 @@ def _run_context(config: pytest.Config) -> RunContext:
         start_seed=config.getoption("vla_start_seed"),
         episodes=config.getoption("episodes"),
     )
-    policy_spec = config.getoption("policy") or config.getini("vla_policy")
+    served = config.getoption("vla_serve")
+    if served and config.getoption("policy"):
+        raise SpecError("--vla-serve serves the policy it names; it does not combine with --policy")
+    policy_spec = served or config.getoption("policy") or config.getini("vla_policy")
     _check_policy_spec(policy_spec)
     render = config.getoption("vla_render") or config.getini("vla_render")
     results_root = Path(config.getoption("vla_results") or config.getini("vla_results"))
@@ -159,12 +183,18 @@ def _run_context(config: pytest.Config) -> RunContext:
         baseline=Path(baseline) if baseline else None,
         max_drop=config.getoption("vla_max_drop"),
         gate_alpha=config.getoption("vla_gate_alpha"),
+        timeout=config.getoption("vla_timeout"),
     )
 
 
 def _check_policy_spec(spec: str) -> None:
     """Catch a typo'd policy before any worker starts, without importing the user's module."""
     if spec in BUILTIN_POLICIES:
+        return
+    if "://" in spec:
+        from pytest_vlaeval.serving.url import parse_remote_spec
+
+        parse_remote_spec(spec)
         return
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:

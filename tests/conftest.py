@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy  # noqa: F401  (imported once here, so pytester's in-process runs never reload it)
+import cv2  # noqa: F401  (imported once here: pytester's in-process runs must not re-import them)
+import matplotlib.pyplot  # noqa: F401
+import numpy  # noqa: F401
 import pytest
 
 HERE = Path(__file__).parent

@@ -48,6 +48,9 @@ class FakeEnv:
         info = {"success": success, "language_instruction": self.task.instruction, "oracle_info": 1}
         return self._obs(), reward, terminated, False, info
 
+    def render_frame(self, obs):
+        return np.full((16, 16, 3), 10 * self._t % 256, dtype=np.uint8)
+
     def close(self):
         pass
 

@@ -197,3 +197,28 @@ def test_rerun_of_failures_on_real_episodes_keeps_the_summary_whole(serial) -> N
     assert sorted(key for key, r in after.items() if r["attempt"] == 2) == failed
     summary = read_json(run_dir / "summary.json")
     assert summary["n_completed"] == 4 and summary["n_rerolled"] == 0 and summary["n_errors"] == 2
+
+
+def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> None:
+    import cv2
+
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    selection = select(benchmark, "short", env_ids=[TASKS[0]], episodes=1)
+    runner = EpisodeRunner(selection, "random", "auto", video=("all", tmp_path))
+    try:
+        record = runner.run(benchmark.task(TASKS[0]), SEEDS[0], 0)
+    finally:
+        runner.close_env()
+    without_video = episode_records(serial[1])[(TASKS[0], SEEDS[0])]
+    assert (record.success, record.episode_return, record.length) == (
+        without_video["success"],
+        without_video["episode_return"],
+        without_video["length"],
+    )
+    capture = cv2.VideoCapture(record.video)
+    frames, width, height = (
+        int(capture.get(p)) for p in (cv2.CAP_PROP_FRAME_COUNT, cv2.CAP_PROP_FRAME_WIDTH, cv2.CAP_PROP_FRAME_HEIGHT)
+    )
+    capture.release()
+    assert record.video == str(tmp_path / TASKS[0] / f"{SEEDS[0]}.mp4")
+    assert (frames, width, height) == (record.length + 1, 768, 512)  # scene 512x512 | cameras 256 wide

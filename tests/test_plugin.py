@@ -112,6 +112,13 @@ def test_outcomes_records_and_canonical_json(fake: pytest.Pytester) -> None:
     assert summary["sr_per_memory_type"] == {"Object": alpha["sr"], "Spatial": beta["sr"]}
     assert summary["split"] == "Short" and summary["partial"] is False and summary["n_completed"] == 6
     assert "vlaeval: Fake-Bench short split, policy random" in result.stdout.str()
+    assert (directory / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result.stdout.fnmatch_lines(
+        [
+            f"vlaeval: Alpha-v0 SR {100 * alpha['sr']:.1f}% (3/3, 0 errors) | 3/6 episodes, 0m0?s, ETA 0m0?s",
+            f"vlaeval: Beta-v0 SR {100 * beta['sr']:.1f}% (3/3, 0 errors) | 6/6 episodes, 0m0?s, done",
+        ]
+    )
 
 
 def test_zero_policy_fails_every_episode(fake: pytest.Pytester) -> None:
@@ -311,3 +318,25 @@ def test_interrupted_session_keeps_finished_episodes_and_marks_partial(fake: pyt
     summary = read_json(run_dir(fake) / "summary.json")
     assert summary["partial"] is True and summary["interrupted"] is True
     assert summary["n_completed"] == 6 and summary["tasks"] == ["Alpha-v0", "Beta-v0"]
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("failed", "failures"), ("all", "every episode")])
+def test_videos_for_failed_or_all_episodes_are_written_and_attached(
+    fake: pytest.Pytester, mode: str, expected: str
+) -> None:
+    import cv2
+
+    result = fake.runpytest(*SHORT, f"--vla-video={mode}", "--junitxml=report.xml")
+    records = episode_records(run_dir(fake))
+    wanted = {key for key, r in records.items() if mode == "all" or not r["success"]}
+    videos = {(p.parent.name, int(p.stem)) for p in (run_dir(fake) / "videos").glob("*/*.mp4")}
+    assert videos == wanted, expected
+    for (task, seed), record in records.items():
+        assert (record["video"] is not None) == ((task, seed) in wanted)
+    some = next(iter(wanted))
+    capture = cv2.VideoCapture(records[some]["video"])
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    capture.release()
+    assert frames == records[some]["length"] + 1  # one before every step, one after the last
+    assert f'<property name="video" value="{records[some]["video"]}"' in (fake.path / "report.xml").read_text()
+    result.stdout.fnmatch_lines(["*episode video*"])

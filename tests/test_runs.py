@@ -284,3 +284,49 @@ def test_statistics_known_values() -> None:
     low, high = mean_of_proportions_interval([(0, 50), (50, 50)])
     assert low < 0.5 < high and high - low < 0.1
     assert os.sep  # keep os imported for the kill test's portability
+
+
+HANGING = """
+import signal
+import time
+import numpy as np
+
+class Sleeps:
+    chunk_size = 1
+    def reset(self, episode):
+        if episode.seed == 100:
+            time.sleep(60)
+    def act(self, obs):
+        return np.zeros(7)
+
+class Stuck:
+    '''Blocks SIGALRM, as a simulator stuck in native code effectively does.'''
+    chunk_size = 1
+    def reset(self, episode):
+        if episode.seed == 100:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(60)
+    def act(self, obs):
+        return np.zeros(7)
+"""
+
+
+def test_timeout_turns_a_hung_episode_into_an_error_and_goes_on(fake: pytest.Pytester) -> None:
+    fake.makepyfile(hanging=HANGING)
+    result = fake.runpytest(
+        *SHORT, "--vla-tasks=Alpha-v0", "--policy=hanging:Sleeps", "--vla-timeout=0.5", "-rA", "-vv"
+    )
+    result.assert_outcomes(errors=1, failed=2)
+    result.stdout.fnmatch_lines(["ERROR fake-short::Alpha-v0::100 - Alpha-v0 seed 100 exceeded --vla-timeout=0.5s"])
+    assert [r["error_kind"] for r in all_records(run_dir(fake))] == ["timeout", None, None]
+
+
+def test_a_worker_stuck_past_the_timeout_is_replaced(fake: pytest.Pytester) -> None:
+    fake.makepyfile(hanging=HANGING)
+    result = fake.runpytest_subprocess(
+        *SHORT, "--vla-tasks=Alpha-v0", "--policy=hanging:Stuck", "--vla-timeout=0.5", "-n", "1"
+    )
+    result.assert_outcomes(errors=1, failed=2)
+    records = all_records(run_dir(fake))
+    assert [(r["seed"], r["error_kind"]) for r in records] == [(100, "crash"), (101, None), (102, None)]
+    assert "stuck past 2x --vla-timeout" in records[0]["message"]

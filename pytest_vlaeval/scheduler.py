@@ -1,0 +1,323 @@
+"""Task-affinity scheduling for pytest-xdist: a worker works through one task's episodes at a time.
+
+An env costs seconds to build and a fraction of one to reset, and the runner keeps a worker's env
+while consecutive episodes share a task. xdist's ``load`` mode hands out contiguous chunks that
+cut across tasks, so most workers end up building most envs. Here every task's episodes form a
+queue held by the controller; a worker draws from its own queue, and when that runs dry it takes
+an untouched task (the longest first, by the benchmark's step limits, so no long task starts
+last), else the tail of the queue whose tail is worth most once the build it costs the thief
+is paid for. A crashed worker's episodes go back to the pool.
+
+The queues stay on the controller and a worker is sent only two episodes at a time (it starts
+item i only once it holds item i+1 or a shutdown), so taking a tail needs no steal request to
+the worker holding the task, and cannot be refused because the worker ran those episodes
+meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+
+import pytest
+from xdist.remote import Producer
+from xdist.report import report_collection_diff
+from xdist.workermanage import WorkerController, parse_tx_spec_config
+
+from pytest_vlaeval.collect import split_node_name
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.spec import Selection
+
+MIN_PENDING = 2
+"""Episodes a worker must hold to start one: the one it runs and the next (or a shutdown)."""
+
+DEFAULT_BUILD_COST = 1.0
+"""Before any timing has come back, an env build is taken to cost about one episode."""
+
+
+def task_of(nodeid: str) -> str:
+    """The unit of affinity: an episode's node id without its seed (``split::ENV_ID``)."""
+    return nodeid.rpartition("::")[0]
+
+
+@dataclass
+class TaskQueue:
+    """Episodes of one task that no worker has been sent yet, in collection order."""
+
+    task: str
+    indices: deque[int]
+
+
+class BuildCost:
+    """How many episodes an env build is worth, learnt from the durations workers report.
+
+    The first episode a worker runs after changing task pays for the build ("cold"); the
+    others ("warm") do not, so the difference between the two is the build. A worker's very
+    first episode is left out: it also pays once-per-process costs (imports, loading the policy's
+    model), which a thief that is already running never pays again.
+    """
+
+    def __init__(self) -> None:
+        self.warm: dict[str, list[float]] = defaultdict(list)
+        self.cold: list[tuple[str, float]] = []
+
+    def add(self, task: str, duration: float, *, cold: bool) -> None:
+        if cold:
+            self.cold.append((task, duration))
+        else:
+            self.warm[task].append(duration)
+
+    def episode(self, task: str) -> float | None:
+        """Mean warm duration of ``task``'s episodes, else of any task's."""
+        durations = self.warm.get(task) or [d for ds in self.warm.values() for d in ds]
+        return fmean(durations) if durations else None
+
+    def in_episodes(self, task: str) -> float:
+        """The cost of building an env, in episodes of ``task``."""
+        episode = self.episode(task)
+        builds = [duration - warm for t, duration in self.cold if (warm := self.episode(t)) is not None]
+        if not episode or not builds:
+            return DEFAULT_BUILD_COST
+        return max(fmean(builds), 0.0) / episode
+
+
+class AffinityScheduling:
+    """xdist scheduler (see ``xdist.scheduler.protocol``) keeping each worker on one task."""
+
+    def __init__(
+        self, config: pytest.Config, log: Producer | None = None, steps: Mapping[str, float] | None = None
+    ) -> None:
+        self.numnodes = len(parse_tx_spec_config(config))
+        self.steps = steps or {}
+        """Expected length of one episode per task (its step limit); unknown tasks count 1."""
+        self.config = config
+        self.log = log.affinitysched if log is not None else Producer("affinitysched")
+        self.node2collection: dict[WorkerController, list[str]] = {}
+        self.node2pending: dict[WorkerController, list[int]] = {}
+        self.node2queue: dict[WorkerController, TaskQueue] = {}
+        self.node2task: dict[WorkerController, str] = {}
+        """The task of the last episode sent to each worker: the env it holds once there."""
+        self.pool: list[TaskQueue] = []
+        """Untouched tasks, and episodes handed back by crashed workers."""
+        self.collection: list[str] | None = None
+        self.cold: set[int] = set()
+        """Episodes sent to a worker that must build their env first."""
+        self.started: set[WorkerController] = set()
+        """Workers that have finished an episode."""
+        self.cost = BuildCost()
+
+    @property
+    def nodes(self) -> list[WorkerController]:
+        return list(self.node2pending)
+
+    @property
+    def collection_is_completed(self) -> bool:
+        return len(self.node2collection) >= self.numnodes
+
+    @property
+    def tests_finished(self) -> bool:
+        """Nothing left to send, and no worker still needs a next episode to start its last."""
+        if not self.collection_is_completed or self._unsent():
+            return False
+        return all(len(pending) < MIN_PENDING for pending in self.node2pending.values())
+
+    @property
+    def has_pending(self) -> bool:
+        return self._unsent() or any(self.node2pending.values())
+
+    def add_node(self, node: WorkerController) -> None:
+        assert node not in self.node2pending
+        self.node2pending[node] = []
+
+    def add_node_collection(self, node: WorkerController, collection: Sequence[str]) -> None:
+        assert node in self.node2pending
+        if self.collection is not None and list(collection) != self.collection:
+            # A replacement worker that collected something else is never given work.
+            first = next(iter(self.node2collection))
+            self.log(report_collection_diff(self.collection, list(collection), first.gateway.id, node.gateway.id))
+            return
+        self.node2collection[node] = list(collection)
+
+    def schedule(self) -> None:
+        assert self.collection_is_completed
+        if self.collection is None:
+            if not self._same_collections():
+                self.log("**Different tests collected, aborting run**")
+                return
+            self.collection = next(iter(self.node2collection.values()))
+            by_task: dict[str, deque[int]] = {}
+            for index, nodeid in enumerate(self.collection):
+                by_task.setdefault(task_of(nodeid), deque()).append(index)
+            queues = [TaskQueue(task, indices) for task, indices in by_task.items()]
+            self.pool = sorted(queues, key=lambda q: -self.steps.get(q.task, 1) * len(q.indices))
+        self._feed()
+
+    def mark_test_complete(self, node: WorkerController, item_index: int, duration: float = 0) -> None:
+        assert self.collection is not None
+        self.node2pending[node].remove(item_index)
+        if node in self.started:
+            self.cost.add(task_of(self.collection[item_index]), duration, cold=item_index in self.cold)
+        self.started.add(node)
+        self._feed()
+
+    def mark_test_pending(self, item: str) -> None:
+        """Run ``item`` again (a plugin retrying a crashed episode)."""
+        assert self.collection is not None
+        self._give_back([self.collection.index(item)])
+        self._feed()
+
+    def remove_pending_tests_from_node(self, node: WorkerController, indices: Sequence[int]) -> None:
+        """xdist's answer to a steal request. This scheduler sends none (its queues stay here),
+        but should one be answered, the episodes go back to the pool."""
+        returned = set(indices)
+        self.node2pending[node] = [i for i in self.node2pending[node] if i not in returned]
+        self._give_back(list(indices))
+        self._feed()
+
+    def remove_node(self, node: WorkerController) -> str | None:
+        """Forget a worker that shut down or died; a dead one's episodes go back to the pool.
+
+        Returns the episode it was running when it died, which xdist reports as crashed.
+        """
+        pending = self.node2pending.pop(node)
+        queue = self.node2queue.pop(node, None)
+        self.node2task.pop(node, None)
+        self.started.discard(node)
+        crashed = self.collection[pending.pop(0)] if pending and self.collection else None
+        self._give_back(pending + list(queue.indices if queue else ()))
+        self._feed()
+        return crashed
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _unsent(self) -> bool:
+        return any(queue.indices for queue in [*self.pool, *self.node2queue.values()])
+
+    def _feed(self) -> None:
+        """Top every live worker up to two episodes, or shut it down when none is worth sending."""
+        if self.collection is None:
+            return
+        for node, pending in self.node2pending.items():
+            if node.shutting_down or node not in self.node2collection:
+                continue
+            while len(pending) < MIN_PENDING:
+                queue = self._queue_for(node)
+                if queue is None:
+                    node.shutdown()  # it runs the episode it holds, then leaves
+                    break
+                batch = [queue.indices.popleft() for _ in range(min(MIN_PENDING - len(pending), len(queue.indices)))]
+                self.cold.difference_update(batch)
+                if self.node2task.get(node) != queue.task:
+                    self.cold.add(batch[0])
+                self.node2task[node] = queue.task
+                pending.extend(batch)
+                node.send_runtest_some(batch)
+
+    def _queue_for(self, node: WorkerController) -> TaskQueue | None:
+        """The worker's own queue; else an untouched task (or a crashed worker's leftovers); else a tail."""
+        queue = self.node2queue.get(node)
+        if queue is None or not queue.indices:
+            queue = (self.pool.pop(0) if self.pool else None) or self._take_tail(node)
+            if queue is not None:
+                self.node2queue[node] = queue
+        return queue
+
+    def _take_tail(self, thief: WorkerController) -> TaskQueue | None:
+        """Split off the tail of the queue that, taken over by ``thief``, saves the most time."""
+        best: tuple[int, WorkerController, TaskQueue] | None = None
+        for victim, queue in self.node2queue.items():
+            if victim is thief or not queue.indices:
+                continue
+            take = self._worth_taking(thief, victim, queue)
+            if take > 0 and (best is None or take > best[0]):
+                best = (take, victim, queue)
+        if best is None:
+            return None
+        take, victim, queue = best
+        tail = [queue.indices.pop() for _ in range(take)][::-1]
+        self.log(f"{thief.gateway.id} takes {len(tail)} episodes of {queue.task} from {victim.gateway.id}")
+        return TaskQueue(queue.task, deque(tail))
+
+    def _worth_taking(self, thief: WorkerController, victim: WorkerController, queue: TaskQueue) -> int:
+        """Episodes to move so that both finish together: the victim still runs what it holds,
+        the thief first runs what it holds and builds the env unless it already has it."""
+        remaining = len(self.node2pending[victim]) + len(queue.indices)
+        build = 0.0 if self.node2task.get(thief) == queue.task else self.cost.in_episodes(queue.task)
+        take = math.floor((remaining - build - len(self.node2pending[thief])) / 2)
+        return min(take, len(queue.indices))
+
+    def _give_back(self, indices: list[int]) -> None:
+        """Return episodes to a live worker whose env is already their task, else to the pool's front."""
+        if not indices:
+            return
+        assert self.collection is not None
+        by_task: dict[str, list[int]] = {}
+        for index in indices:
+            by_task.setdefault(task_of(self.collection[index]), []).append(index)
+        for task, returned in by_task.items():
+            queue = next(
+                (q for node, q in self.node2queue.items() if q.task == task and not node.shutting_down), None
+            ) or next((q for q in self.pool if q.task == task), None)
+            if queue is None:
+                queue = TaskQueue(task, deque())
+                self.pool.insert(0, queue)
+            queue.indices = deque(sorted([*returned, *queue.indices]))
+
+    def _same_collections(self) -> bool:
+        """Whether every worker collected the same episodes; if not, say where they differ."""
+        (first, reference), *others = self.node2collection.items()
+        same = True
+        for node, collection in others:
+            diff = report_collection_diff(reference, collection, first.gateway.id, node.gateway.id)
+            if diff:
+                same = False
+                self.log(diff)
+                report = pytest.CollectReport(nodeid=node.gateway.id, outcome="failed", longrepr=diff, result=[])
+                self.config.hook.pytest_collectreport(report=report)
+        return same
+
+
+class AffinityPlugin:
+    """Controller plugin handing xdist the affinity scheduler."""
+
+    def __init__(self, steps: Mapping[str, float]) -> None:
+        self.steps = steps
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Producer) -> AffinityScheduling:
+        return AffinityScheduling(config, log, self.steps)
+
+
+def explicit_dist(config: pytest.Config) -> str | None:
+    """The ``--dist`` mode the user asked for, if any.
+
+    ``-n`` alone becomes ``--dist=load`` in xdist's own ``pytest_cmdline_main`` before any
+    ``pytest_configure``, so this reads the command line as parsed, not ``config.option``.
+    """
+    args = config.known_args_namespace
+    if getattr(args, "distload", False):
+        return "load"
+    dist = getattr(args, "dist", "no")
+    return None if dist == "no" else dist
+
+
+def uses_affinity(config: pytest.Config) -> bool:
+    """``--vla-dist`` decides; without it, affinity unless ``--dist`` chose one of xdist's modes."""
+    requested = config.getoption("vla_dist")
+    dist = explicit_dist(config)
+    if requested == "affinity" and dist is not None:
+        raise SpecError(f"--vla-dist=affinity and --dist={dist} both choose how episodes are spread; pass one")
+    return requested == "affinity" or (requested is None and dist is None)
+
+
+def install(config: pytest.Config, selection: Selection) -> None:
+    """Register the affinity scheduler on the controller when this session uses it."""
+    if uses_affinity(config) and config.pluginmanager.has_plugin("xdist"):
+        steps = {
+            f"{split_node_name(selection.benchmark.name, task.split)}::{task.env_id}": task.max_steps
+            for task in selection.tasks
+        }
+        config.pluginmanager.register(AffinityPlugin(steps), "vlaeval-scheduler")

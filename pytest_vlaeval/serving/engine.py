@@ -1,0 +1,124 @@
+"""How the server calls a policy, always from one thread, so policy code need not be thread-safe.
+
+A policy that offers ``act_batch(episodes, observations)`` is one instance called once per
+batch; each row's episode carries its own ``state`` dict and ``rng``, so nothing an episode does
+can reach another episode of the same batch. A policy without it keeps its memory on itself,
+so it gets one instance per open episode (made by its factory, reset at open, reused after
+close) and is called once per request: concurrent episodes can never share its state.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pytest_vlaeval.errors import PolicyError
+from pytest_vlaeval.policy import EpisodeInfo, Policy, as_action_chunk, build_policy, describe_policy
+
+log = logging.getLogger("pytest_vlaeval.serving")
+
+
+@dataclass(eq=False)
+class ServedEpisode:
+    """One open episode, as a batched policy sees it in ``act_batch`` and its hooks."""
+
+    id: str
+    info: EpisodeInfo
+    rng: np.random.Generator
+    state: dict[str, Any] = field(default_factory=dict)
+    step: int = -1
+    """Simulator step of the latest observation (-1 before the first)."""
+
+
+def episode_rng(info: EpisodeInfo) -> np.random.Generator:
+    """An RNG that depends on the episode alone, never on which episodes shared its batches."""
+    return np.random.default_rng([info.seed, zlib.crc32(info.task.encode())])
+
+
+Outcome = np.ndarray | PolicyError
+"""A validated (k, D) float32 chunk, or the error that replaces it for that episode."""
+
+
+class PolicyEngine:
+    def __init__(self, spec: str, action_dim: int) -> None:
+        self.spec = spec
+        self.action_dim = action_dim
+        self.policy = build_policy(spec, action_dim)
+        self.batched = callable(getattr(self.policy, "act_batch", None))
+        self.chunk_size: int = self.policy.chunk_size
+        self.model = describe_policy(self.policy, spec)
+        self._idle: list[Policy] = [] if self.batched else [self.policy]
+        self._instances: dict[str, Policy] = {}
+
+    def open(self, episode: ServedEpisode) -> None:
+        """Reset the episode's state; raises ``PolicyError`` when the policy fails to."""
+        if self.batched:
+            _call(getattr(self.policy, "open_episode", None), "open_episode", episode)
+            return
+        instance = self._idle.pop() if self._idle else build_policy(self.spec, self.action_dim)
+        self._instances[episode.id] = instance
+        _call(instance.reset, "reset", episode.info)
+
+    def act(self, episodes: Sequence[ServedEpisode], observations: Sequence[dict[str, Any]]) -> list[Outcome]:
+        """One chunk or error per episode; a policy exception fails only the rows it was called for."""
+        if not self.batched:
+            return [
+                self._outcome(self._instances[e.id].act, "act", o) for e, o in zip(episodes, observations, strict=True)
+            ]
+        try:
+            output = _call(self.policy.act_batch, "act_batch", list(episodes), list(observations))
+            rows = self._rows(output, len(episodes))
+        except PolicyError as exc:
+            return [exc] * len(episodes)
+        return [self._outcome(lambda row: row, "act_batch", row) for row in rows]
+
+    def close(self, episode: ServedEpisode) -> None:
+        """Free the episode's state; a failing hook is logged, the state is dropped all the same."""
+        episode.state.clear()
+        if self.batched:
+            try:
+                _call(getattr(self.policy, "close_episode", None), "close_episode", episode)
+            except PolicyError as exc:
+                log.warning("episode %s: %s", episode.id, exc)
+            return
+        instance = self._instances.pop(episode.id, None)
+        if instance is not None:
+            self._idle.append(instance)
+
+    def _outcome(self, fn: Any, name: str, arg: Any) -> Outcome:
+        try:
+            return as_action_chunk(_call(fn, name, arg), self.action_dim, self.chunk_size)
+        except PolicyError as exc:
+            return exc
+
+    @staticmethod
+    def _rows(output: Any, count: int) -> Sequence[Any]:
+        if hasattr(output, "detach"):  # a torch tensor, without importing torch
+            output = output.detach().cpu().numpy()
+        try:
+            rows = len(output)
+        except TypeError:
+            rows = None
+        if rows != count:
+            raise PolicyError(
+                f"act_batch returned {type(output).__name__} with {rows} rows for a batch of {count} episodes; "
+                f"expected one chunk per episode, e.g. an array ({count}, K, D)"
+            )
+        return output
+
+
+def _call(fn: Any, name: str, *args: Any) -> Any:
+    """Call a policy method; any exception becomes ``PolicyError`` naming it (the cause kept)."""
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except PolicyError:
+        raise
+    except Exception as exc:
+        raise PolicyError(f"policy.{name} raised {type(exc).__name__}: {exc}") from exc

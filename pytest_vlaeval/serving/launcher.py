@@ -1,0 +1,152 @@
+"""Running a policy server as a child process: one per session with ``--vla-serve``.
+
+The child binds a free loopback port and prints its address; the parent waits until
+``/healthz`` says the policy is loaded. The child watches its standard input, so it stops with
+its parent even when the parent dies without cleaning up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ServerStartError(Exception):
+    """The server exited, or did not become healthy in time; the message quotes its last error line."""
+
+
+class ServerProcess:
+    def __init__(self, spec: str, log_path: Path, args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.args = list(args)
+        self.env = env
+        self.url = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def health_url(self) -> str:
+        return "http" + self.url.removeprefix("ws") + "/healthz"
+
+    def start(self, timeout_s: float = 600.0) -> str:
+        """Start the server and wait until its policy is loaded; returns its ``ws://`` address."""
+        deadline = time.monotonic() + timeout_s
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "pytest_vlaeval.serve", "--policy", self.spec, "--host", "127.0.0.1"]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [*command, "--port", "0", "--stop-on-stdin-eof", *self.args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=self.env,
+            )
+        self.url = self._read_address(deadline)
+        while True:
+            try:
+                self.health()
+                return self.url
+            except (urllib.error.URLError, OSError):
+                if self.proc.poll() is not None:
+                    raise self._failure(f"the server exited with status {self.proc.returncode}") from None
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise self._failure(f"the policy was not loaded within {timeout_s:g} s") from None
+                time.sleep(0.1)
+
+    def health(self) -> dict[str, Any]:
+        """The server's ``/healthz`` counters; raises ``URLError`` (HTTP 503) while it loads."""
+        with _NO_PROXY.open(self.health_url, timeout=5) as response:
+            return json.loads(response.read())
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """Close its standard input (it then stops by itself), else terminate, else kill."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+        return proc.returncode
+
+    def _read_address(self, deadline: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            if not selector.select(max(deadline - time.monotonic(), 0)):
+                self.stop()
+                raise self._failure("the server did not start listening")
+        line = self.proc.stdout.readline().decode().strip()
+        if not line.startswith("ws://"):
+            self.stop()
+            raise self._failure(f"the server exited with status {self.proc.returncode}")
+        return line
+
+    def _failure(self, what: str) -> ServerStartError:
+        lines = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path.exists() else []
+        errors = [line for line in lines if " ERROR " in line] or lines
+        return ServerStartError(f"{what}: {errors[-1] if errors else 'no log output'} (log: {self.log_path})")
+
+
+def serve_session(config: pytest.Config, spec: str, log_path: Path) -> str:
+    """Start the session's server with a fresh token, stopped when the session ends; returns its address.
+
+    The token travels in the environment, which the server and the xdist workers inherit.
+    """
+    previous = os.environ.get(TOKEN_ENV)
+    os.environ[TOKEN_ENV] = secrets.token_urlsafe(24)
+    server = ServerProcess(spec, log_path)
+
+    def stop() -> None:
+        server.stop()
+        if previous is None:
+            os.environ.pop(TOKEN_ENV, None)
+        else:
+            os.environ[TOKEN_ENV] = previous
+
+    config.add_cleanup(stop)
+    try:
+        url = server.start()
+    except ServerStartError as exc:
+        raise pytest.UsageError(f"--vla-serve {spec}: {exc}") from None
+    config.pluginmanager.register(_TellWorkers(url), "vlaeval-served-url")
+    return url
+
+
+class _TellWorkers:
+    """Hands the server's address to each xdist worker as it starts."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[SERVED_URL_KEY] = self.url

@@ -1,0 +1,171 @@
+"""The wire format between evaluation clients and a policy server, in one place.
+
+Transport: a websocket. Every message is one binary frame holding one msgpack map. numpy
+arrays travel as the map ``{b"__ndarray__": True, b"data": <raw bytes, C order>, b"dtype":
+<dtype.str, e.g. "|u1", "<f4">, b"shape": [...]}`` and numpy scalars as ``{b"__npgeneric__":
+True, b"data": <value>, b"dtype": <dtype.str>}``, the openpi convention, so the same frames are
+understood by openpi tools. Only bool, integer and float dtypes are accepted. Nothing is ever
+unpickled.
+
+Protocol ``vlaeval``, version 1. Every map has a ``type``.
+
+On connect the server sends ``metadata``: ``protocol``, ``version``, ``model`` (``name``,
+``config``), ``chunk_size`` (K), ``action_dim`` (D), ``batched``, ``max_message_bytes``,
+``admission_timeout_s``, ``idle_timeout_s``. A client checks protocol, version and action_dim.
+
+=========================================================== ================================
+client -> server                                             server -> client
+=========================================================== ================================
+``open`` episode, task, seed, instruction, episode_index,    ``opened`` episode
+max_steps
+``act`` episode, step, obs (map of arrays and strings)       ``actions`` episode, step,
+                                                             actions (float32, k x D, 1<=k<=K)
+``close`` episode                                            ``closed`` episode
+anything that cannot be served                               ``error`` episode (or nil), code,
+                                                             message, detail (or nil)
+=========================================================== ================================
+
+Rules:
+
+- ``episode`` is an id the client chooses (unique, e.g. a uuid4 hex), valid on the connection
+  that opened it. Closing the connection closes its episodes.
+- ``step`` is the simulator step the observation was taken at; it never goes back within an
+  episode (a request that failed may be repeated with the same step).
+- At most one ``act`` per episode may be outstanding; a second one gets ``busy``.
+- ``open`` waits while the server already holds its maximum of open episodes, and fails with
+  ``admission`` after ``admission_timeout_s``. An episode with no request for
+  ``idle_timeout_s`` is closed by the server; later requests for it get ``unknown_episode``.
+- Error codes: ``bad_request`` (not msgpack, not a map, unknown type, missing or ill-typed
+  field, step going back, duplicate id), ``unknown_episode``, ``busy``, ``admission``,
+  ``policy`` (the policy raised or returned an invalid chunk; ``detail`` holds its traceback).
+  After an error reply the connection stays usable.
+- A frame larger than ``max_message_bytes`` closes its connection with close code 1009.
+
+HTTP on the same port: ``GET /healthz`` answers 200 with JSON counters once the policy is
+loaded, 503 before. When the server has a token, every websocket handshake must carry
+``Authorization: Bearer <token>`` (or openpi's ``Api-Key <token>``), else HTTP 401.
+
+With ``--protocol openpi`` the server speaks openpi's protocol instead: metadata map on
+connect, then each binary frame is an observation map and each reply a map holding
+``actions``; a failed request is answered with a text frame. It has no episode boundary, so
+that mode is stateless: every request is served as a fresh one-step episode.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+import numpy as np
+
+PROTOCOL = "vlaeval"
+VERSION = 1
+
+BAD_REQUEST = "bad_request"
+UNKNOWN_EPISODE = "unknown_episode"
+BUSY = "busy"
+ADMISSION = "admission"
+POLICY = "policy"
+
+_ARRAY_KINDS = "biuf"
+
+REQUEST_FIELDS: dict[str, dict[str, type]] = {
+    "open": {"episode": str, "task": str, "seed": int, "instruction": str, "episode_index": int, "max_steps": int},
+    "act": {"episode": str, "step": int, "obs": dict},
+    "close": {"episode": str},
+}
+REPLY_FIELDS: dict[str, dict[str, type]] = {
+    "metadata": {"protocol": str, "version": int, "chunk_size": int, "action_dim": int, "max_message_bytes": int},
+    "opened": {"episode": str},
+    "actions": {"episode": str, "step": int, "actions": np.ndarray},
+    "closed": {"episode": str},
+    "error": {"code": str, "message": str},
+}
+
+
+class ProtocolError(Exception):
+    """A frame that is not a valid message of this protocol."""
+
+
+def pack(message: dict[str, Any]) -> bytes:
+    """Encode a message; numpy arrays and scalars become the openpi array maps."""
+    return msgpack.packb(message, default=_encode_numpy, use_bin_type=True)
+
+
+def unpack(frame: bytes | str) -> dict[str, Any]:
+    """Decode one frame into a map, refusing anything but a msgpack map of plain values and arrays."""
+    if not isinstance(frame, bytes):
+        raise ProtocolError("expected a binary frame holding a msgpack map, got a text frame")
+    try:
+        message = msgpack.unpackb(frame, object_hook=_decode_numpy, raw=False)
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        raise ProtocolError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(f"expected a msgpack map, got {type(message).__name__}")
+    return message
+
+
+def parse(frame: bytes | str, fields: dict[str, dict[str, type]]) -> tuple[str, dict[str, Any]]:
+    """Decode a frame and check its type and typed fields against a schema table."""
+    message = unpack(frame)
+    kind = message.get("type")
+    if kind not in fields:
+        raise ProtocolError(f"unknown message type {kind!r}; expected one of {', '.join(fields)}")
+    for name, expected in fields[kind].items():
+        value = message.get(name)
+        # bool is an int subclass in Python; a seed or step of True is a client bug.
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise ProtocolError(
+                f"{kind!r} needs {name!r} as {expected.__name__}, got {type(value).__name__ if name in message else 'nothing'}"
+            )
+    return kind, message
+
+
+def error(code: str, message: str, episode: str | None = None, detail: str | None = None) -> bytes:
+    return pack({"type": "error", "code": code, "message": message, "episode": episode, "detail": detail})
+
+
+def _encode_numpy(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind not in _ARRAY_KINDS:
+        raise TypeError(f"cannot send numpy dtype {value.dtype} (only bool, integer and float)")
+    if isinstance(value, np.ndarray):
+        return {b"__ndarray__": True, b"data": value.tobytes(), b"dtype": value.dtype.str, b"shape": value.shape}
+    if isinstance(value, np.generic):
+        return {b"__npgeneric__": True, b"data": value.item(), b"dtype": value.dtype.str}
+    raise TypeError(f"cannot send {type(value).__name__}")
+
+
+def _decode_numpy(obj: dict[Any, Any]) -> Any:
+    if b"__ndarray__" in obj:
+        dtype = _dtype(obj.get(b"dtype"))
+        shape = obj.get(b"shape")
+        data = obj.get(b"data")
+        if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+        ):
+            raise ProtocolError(f"array shape must be a list of non-negative ints, got {shape!r}")
+        if not isinstance(data, bytes) or len(data) != math.prod(shape) * dtype.itemsize:
+            size = len(data) if isinstance(data, bytes) else type(data).__name__
+            raise ProtocolError(f"array data of {size} bytes does not match shape {tuple(shape)} of {dtype}")
+        # A writable copy: policies may modify their input, and torch refuses read-only buffers quietly.
+        return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    if b"__npgeneric__" in obj:
+        dtype = _dtype(obj.get(b"dtype"))
+        try:
+            return dtype.type(obj.get(b"data"))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ProtocolError(f"bad numpy scalar of {dtype}: {exc}") from None
+    return obj
+
+
+def _dtype(value: Any) -> np.dtype:
+    try:
+        dtype = np.dtype(value) if isinstance(value, str) else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in _ARRAY_KINDS:
+        raise ProtocolError(f"array dtype must be bool, integer or float, got {value!r}")
+    return dtype

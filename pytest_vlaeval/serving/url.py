@@ -1,0 +1,72 @@
+"""Remote policy specs: ``ws://host:port`` (this package's protocol) and ``openpi://host:port``.
+
+Kept free of network imports so the session can check a spec before any worker starts.
+Options ride in the query string: ``timeout`` (seconds to wait for a reply, default 120),
+``connect_timeout`` (seconds to keep retrying a connection, default 60) and, for openpi,
+``chunk_size`` (actions executed per inference). The token, if the server wants one, comes from
+the ``VLAEVAL_SERVE_TOKEN`` environment variable, so it never lands in run names or logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+from pytest_vlaeval.errors import SpecError
+
+TOKEN_ENV = "VLAEVAL_SERVE_TOKEN"
+SERVED_URL_KEY = "vla_served_url"
+"""xdist ``workerinput`` key: the address of the session's own server (``--vla-serve``)."""
+SCHEMES = ("ws", "openpi")
+_OPTIONS = {"ws": ("timeout", "connect_timeout"), "openpi": ("timeout", "connect_timeout", "chunk_size")}
+
+
+@dataclass(frozen=True)
+class RemoteSpec:
+    scheme: str
+    host: str
+    port: int
+    timeout_s: float = 120.0
+    connect_timeout_s: float = 60.0
+    chunk_size: int | None = None
+
+    @property
+    def url(self) -> str:
+        """The websocket address (openpi servers are plain websocket servers too)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}"
+
+
+def is_remote(spec: str) -> bool:
+    return "://" in spec
+
+
+def parse_remote_spec(spec: str) -> RemoteSpec:
+    """Parse and check a remote policy spec; raises ``SpecError`` saying what is wrong."""
+    usage = f"--policy {spec!r}: expected ws://HOST:PORT or openpi://HOST:PORT[?chunk_size=K]"
+    parts = urlsplit(spec)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in SCHEMES or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise SpecError(usage)
+    options: dict[str, float] = {}
+    for name, text in parse_qsl(parts.query, keep_blank_values=True):
+        if name not in _OPTIONS[parts.scheme]:
+            raise SpecError(f"{usage}; unknown option {name!r} (known: {', '.join(_OPTIONS[parts.scheme])})")
+        try:
+            options[name] = float(text)
+        except ValueError:
+            options[name] = -1.0
+        if options[name] <= 0 or (name == "chunk_size" and not options[name].is_integer()):
+            raise SpecError(f"{usage}; option {name} must be a positive number, got {text!r}")
+    chunk_size = options.pop("chunk_size", None)
+    return RemoteSpec(
+        scheme=parts.scheme,
+        host=parts.hostname,
+        port=port,
+        timeout_s=options.get("timeout", RemoteSpec.timeout_s),
+        connect_timeout_s=options.get("connect_timeout", RemoteSpec.connect_timeout_s),
+        chunk_size=int(chunk_size) if chunk_size is not None else None,
+    )

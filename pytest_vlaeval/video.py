@@ -1,0 +1,58 @@
+"""Episode videos (``--vla-video``): the scene render beside the two policy cameras, one frame
+before every step and one after the last, as the benchmark's own videos are laid out.
+
+Frames are taken from the env adapter's ``render_frame(obs)``; recording only reads the
+renderer, so it never changes an episode's result (the tests check this on real episodes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VIDEO_MODES = ("none", "failed", "all")
+FPS = 30
+
+
+def compose(general: np.ndarray, top: np.ndarray, wrist: np.ndarray) -> np.ndarray:
+    """``[ scene | top over wrist ]``: the right column is half the scene's width."""
+    import cv2
+
+    height, width = general.shape[:2]
+    side = max(1, width // 2)
+    top_height = height // 2
+    right = np.concatenate(
+        [
+            cv2.resize(np.ascontiguousarray(top), (side, top_height), interpolation=cv2.INTER_AREA),
+            cv2.resize(np.ascontiguousarray(wrist), (side, height - top_height), interpolation=cv2.INTER_AREA),
+        ]
+    )
+    return np.ascontiguousarray(np.concatenate([general, right], axis=1))
+
+
+class EpisodeVideo:
+    def __init__(self, env: Any) -> None:
+        self.render_frame = getattr(env, "render_frame", None)
+        self.frames: list[np.ndarray] = []
+
+    def capture(self, obs: dict[str, Any]) -> None:
+        if self.render_frame is not None:
+            self.frames.append(self.render_frame(obs))
+
+    def write(self, path: Path) -> Path | None:
+        """Write an mp4 (OpenCV's mp4v codec); None when the env gave no frames."""
+        if not self.frames:
+            return None
+        import cv2
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        height, width = self.frames[0].shape[:2]
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (width, height))
+        try:
+            for frame in self.frames:
+                writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+        finally:
+            writer.release()
+        return path

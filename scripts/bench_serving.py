@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""Benchmark the policy server (a measurement, not a test); prints one table and the targets.
+
+- Throughput and latency at 1, 2, 4, 8 and 16 concurrent episodes, each driven by the plugin's
+  own ws:// client in its own thread, for a CPU torch policy whose forward cost grows
+  sublinearly with batch size: through the server batched, through the server with
+  ``--max-batch-size 1``, and the policy's own in-process batched forward rate (the ceiling).
+- The round-trip overhead for MIKASA-sized observations (two 128x128x3 images and proprio)
+  with a trivial policy, and the server's memory over 10,000 requests.
+
+    python scripts/bench_serving.py [--seconds 3] [--requests 10000]
+
+The server runs in a child process; policy forwards use one torch thread there and here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pytest_vlaeval.policy import EpisodeInfo, build_policy
+from pytest_vlaeval.serving.client import RemotePolicy, connect_policy
+from pytest_vlaeval.serving.launcher import ServerProcess
+
+CONCURRENCY = (1, 2, 4, 8, 16)
+WIDTH = 4096
+CHUNK = 8
+
+
+class BenchPolicy:
+    """An MLP over a pooled image and proprio: at small batch the weights' memory traffic dominates,
+    so a batch of 16 costs far less than 16 batches of one."""
+
+    chunk_size = CHUNK
+
+    def __init__(self) -> None:
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        layers = [torch.nn.Linear(6 * 16 * 16 + 7, WIDTH), torch.nn.ReLU()]
+        for _ in range(3):
+            layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
+        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(WIDTH, CHUNK * 7), torch.nn.Tanh()).eval()
+        self.config = {"parameters": sum(p.numel() for p in self.net.parameters())}
+
+    def reset(self, episode: EpisodeInfo) -> None:
+        pass
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        return self.act_batch([None], [obs])[0]
+
+    @torch.inference_mode()
+    def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> np.ndarray:
+        rgb = torch.as_tensor(np.concatenate([np.asarray(o["rgb"]) for o in observations]))
+        image = torch.nn.functional.avg_pool2d(rgb.permute(0, 3, 1, 2).float() / 255, 8).flatten(1)
+        proprio = torch.as_tensor(np.concatenate([np.asarray(o["proprio"]) for o in observations]))
+        return self.net(torch.cat([image, proprio], 1)).view(-1, CHUNK, 7).numpy()
+
+
+def mikasa_obs(seed: int) -> dict[str, Any]:
+    """What a MIKASA episode hands the policy: two stacked 128x128 RGB cameras, proprio, instruction."""
+    rng = np.random.default_rng(seed)
+    return {
+        "rgb": rng.integers(0, 256, (1, 128, 128, 6), dtype=np.uint8),
+        "proprio": rng.standard_normal((1, 7), dtype=np.float32),
+        "instruction": "remember the color of the cube",
+    }
+
+
+def episode(i: int) -> EpisodeInfo:
+    return EpisodeInfo(task="Bench-v0", seed=i, instruction="", episode_index=i, max_steps=10**9)
+
+
+def ceiling(policy: BenchPolicy, batch: int, seconds: float) -> float:
+    """Actions per second of the policy's own batched forward, in this process."""
+    observations = [mikasa_obs(i) for i in range(batch)]
+    policy.act_batch([None] * batch, observations)
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        policy.act_batch([None] * batch, observations)
+        calls += 1
+    return calls * batch * CHUNK / (time.perf_counter() - started)
+
+
+def client(url: str, i: int, start_at: float, stop_at: float, requests: int, reopen_every: int) -> list[float]:
+    """One episode in its own process, as an xdist worker would be: act from ``start_at`` until
+    ``stop_at`` or ``requests`` requests; returns the latencies in seconds."""
+    policy = connect_policy(url, 7)
+    assert isinstance(policy, RemotePolicy)
+    obs = mikasa_obs(i)
+    policy.reset(episode(i))
+    policy.act(obs)  # warm: the first request of an episode is not typical
+    time.sleep(max(start_at - time.time(), 0))
+    latencies: list[float] = []
+    while len(latencies) < requests and time.time() < stop_at:
+        if reopen_every and latencies and len(latencies) % reopen_every == 0:
+            policy.reset(episode(i))
+        began = time.perf_counter()
+        policy.act(obs)
+        latencies.append(time.perf_counter() - began)
+    policy.close()
+    return latencies
+
+
+def drive(
+    pool: Any, url: str, clients: int, seconds: float = 1e9, requests: int = 10**9, reopen: int = 0
+) -> list[float]:
+    start_at = time.time() + 1.0  # every client connected and warmed up before the clock starts
+    jobs = [(url, i, start_at, start_at + seconds, requests, reopen) for i in range(clients)]
+    return [t for own in pool.starmap(client, jobs) for t in own]
+
+
+def through_server(pool: Any, server: ServerProcess, clients: int, seconds: float) -> tuple[float, float, float, float]:
+    """(actions/s, p50 ms, p99 ms, mean batch size) over ``seconds`` of ``clients`` episodes."""
+    before = server.health()
+    latencies = drive(pool, server.url, clients, seconds)
+    after = server.health()
+    mean_batch = (after["requests"] - before["requests"]) / max(after["batches"] - before["batches"], 1)
+    p50, p99 = np.percentile(latencies, [50, 99]) * 1000
+    return len(latencies) * CHUNK / seconds, p50, p99, mean_batch
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell [3]")
+    parser.add_argument("--requests", type=int, default=10_000, help="requests for the memory check [10000]")
+    args = parser.parse_args()
+
+    here = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    logs = Path(tempfile.mkdtemp(prefix="bench-serving-"))
+    # Client processes are forked before this process runs any torch code; they never do.
+    with multiprocessing.get_context("fork").Pool(max(CONCURRENCY)) as pool:
+        rows = throughput_table(pool, env, logs, args.seconds)
+        overhead, memory = overhead_and_memory(pool, env, logs, args.requests)
+
+    policy = BenchPolicy()
+    print(
+        f"policy: MLP over pooled image + proprio, {policy.config['parameters'] / 1e6:.1f}M parameters, chunk {CHUNK},"
+    )
+    print("CPU torch, 1 thread; server: max-batch-size 16, max-wait-ms 5 (batched) or max-batch-size 1;")
+    print("one client process per episode. Actions/s count every action of every returned chunk.\n")
+    print(
+        "| episodes | ceiling actions/s | batched actions/s | % of ceiling | p50 ms | p99 ms | mean batch "
+        "| batch-size-1 actions/s | p50 ms | p99 ms | batched / bs1 |"
+    )
+    print("|---:" * 11 + "|")
+    for clients, ceiling_rate, (rate, p50, p99, mean), (rate1, p50_1, p99_1, _) in rows:
+        print(
+            f"| {clients} | {ceiling_rate:,.0f} | {rate:,.0f} | {100 * rate / ceiling_rate:.0f}% | {p50:.1f} | {p99:.1f} "
+            f"| {mean:.2f} | {rate1:,.0f} | {p50_1:.1f} | {p99_1:.1f} | {rate / rate1:.2f}x |"
+        )
+    p50, p99, in_process_ms = overhead
+    served, rss_warm, rss_end = memory
+    print(
+        f"\nround trip, MIKASA-sized observation ({128 * 128 * 6 + 7 * 4} bytes of arrays), trivial policy, "
+        f"exact mode: p50 {p50:.2f} ms, p99 {p99:.2f} ms (the policy itself: {in_process_ms * 1000:.0f} us)"
+    )
+    growth = (rss_end - rss_warm) / 2**20
+    print(
+        f"server memory over {served:,} requests (4 episodes, each reopened every 100 requests): "
+        f"{rss_warm / 2**20:.1f} MiB after the first 10%, {rss_end / 2**20:.1f} MiB at the end ({growth:+.1f} MiB)"
+    )
+    at8 = next(row for row in rows if row[0] == 8)
+    checks = [
+        ("8 episodes: batched >= 90% of the in-process ceiling", at8[2][0] >= 0.9 * at8[1]),
+        ("8 episodes: batched >= 2x batch-size-1", at8[2][0] >= 2 * at8[3][0]),
+        ("round-trip overhead p50 <= 2 ms", p50 - in_process_ms <= 2.0),
+        ("server memory flat (< 5 MiB growth after warm-up)", growth < 5.0),
+    ]
+    print()
+    for name, ok in checks:
+        print(f"{'PASS' if ok else 'MISS'}  {name}")
+    return 0
+
+
+def throughput_table(pool: Any, env: dict[str, str], logs: Path, seconds: float) -> list[tuple]:
+    spec = "bench_serving:BenchPolicy"
+    servers = {
+        "batched": ServerProcess(spec, logs / "batched.log", ["--max-batch-size", "16", "--max-wait-ms", "5"], env),
+        "exact": ServerProcess(spec, logs / "exact.log", ["--max-batch-size", "1"], env),
+    }
+    policy = BenchPolicy()
+    rows = []
+    try:
+        for server in servers.values():
+            server.start()
+        for clients in CONCURRENCY:
+            batched = through_server(pool, servers["batched"], clients, seconds)
+            exact = through_server(pool, servers["exact"], clients, seconds)
+            rows.append((clients, ceiling(policy, clients, seconds), batched, exact))
+    finally:
+        for server in servers.values():
+            server.stop()
+    return rows
+
+
+def overhead_and_memory(
+    pool: Any, env: dict[str, str], logs: Path, requests: int
+) -> tuple[tuple[float, float, float], tuple[int, int, int]]:
+    trivial = ServerProcess("zero", logs / "trivial.log", ["--max-batch-size", "1"], env)
+    trivial.start()
+    try:
+        latencies = drive(pool, trivial.url, 1, requests=2_000)
+        local, obs = build_policy("zero", 7), mikasa_obs(0)
+        began = time.perf_counter()
+        for _ in range(2_000):
+            local.act(obs)
+        in_process_ms = (time.perf_counter() - began) / 2_000 * 1000
+        p50, p99 = np.percentile(latencies, [50, 99]) * 1000
+        assert trivial.proc is not None
+        per_client = requests // 4
+        served = len(drive(pool, trivial.url, 4, requests=per_client // 10, reopen=100))
+        rss_warm = rss_bytes(trivial.proc.pid)
+        served += len(drive(pool, trivial.url, 4, requests=per_client - per_client // 10, reopen=100))
+        rss_end = rss_bytes(trivial.proc.pid)
+    finally:
+        trivial.stop()
+    return (p50, p99, in_process_ms), (served, rss_warm, rss_end)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Remote policies in real pytest sessions: the fake benchmark through a policy server, and real
+MIKASA episodes through ``--vla-serve`` with two xdist workers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import episode_records
+
+from pytest_vlaeval.runner import EpisodeRunner
+from pytest_vlaeval.spec import resolve_benchmark, select
+
+SERVED = '''
+import sys
+
+import numpy as np
+
+from pytest_vlaeval.serving.engine import episode_rng
+
+
+class Noisy:
+    """The same actions in-process (reset/act) and served in batches (act_batch)."""
+
+    chunk_size = 2
+
+    def reset(self, episode):
+        self.rng = episode_rng(episode)
+
+    def act(self, obs):
+        return self.rng.uniform(0, 0.7, (2, 7))
+
+    def act_batch(self, episodes, observations):
+        return [e.rng.uniform(0, 0.7, (2, 7)) for e in episodes]
+
+
+class Broken(Noisy):
+    def act_batch(self, episodes, observations):
+        raise ValueError("broken weights")
+
+
+class Light(Noisy):
+    def act(self, obs):
+        loaded = {"websockets", "msgpack"} & set(sys.modules)
+        assert not loaded, loaded
+        return super().act(obs)
+'''
+
+FAKE = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "-rA"]
+
+
+def comparable(directory: Path) -> dict[tuple[str, int], tuple]:
+    return {key: (r["outcome"], r["episode_return"], r["length"]) for key, r in episode_records(directory).items()}
+
+
+def only_run_dir(root: Path) -> Path:
+    (directory,) = [p for p in root.iterdir() if p.is_dir()]
+    return directory
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_served_results_equal_in_process_results_under_xdist(fake: pytest.Pytester) -> None:
+    fake.makepyfile(served=SERVED)
+    in_process = fake.runpytest_subprocess(*FAKE, "--policy=served:Noisy", "--vla-results=in_process")
+    served = fake.runpytest_subprocess(*FAKE, "--vla-serve=served:Noisy", "-n", "2", "--vla-results=served")
+    assert in_process.ret in (0, 1) and served.ret == in_process.ret, served.stdout.str()
+    local, remote = only_run_dir(fake.path / "in_process"), only_run_dir(fake.path / "served")
+    assert remote.name == local.name, "the run is named after the served policy, not the server's address"
+    records = episode_records(remote)
+    assert len(records) == 6 and {r["worker"] for r in records.values()} == {"gw0", "gw1"}
+    assert comparable(remote) == comparable(local)
+    assert {r["outcome"] for r in records.values()} == {"success", "failure"}, "a meaningful comparison"
+    log = (remote / "server.log").read_text()
+    requests = sum((r["length"] + 1) // 2 for r in records.values())  # chunk size 2
+    assert "batched (act_batch)" in log and f"stopped after {requests} requests" in log
+    port = int(log.split("listening on ws://127.0.0.1:")[1].split()[0])
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # the session stopped its server
+
+
+def test_a_policy_fault_on_the_server_is_an_episode_error(fake: pytest.Pytester) -> None:
+    fake.makepyfile(served=SERVED)
+    result = fake.runpytest_subprocess(*FAKE, "--vla-serve=served:Broken", "--episodes=1")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*ERROR fake-short::Alpha-v0::100 - served policy.act_batch raised*"])
+    for record in episode_records(only_run_dir(fake.path / "results")).values():
+        assert record["message"] == "served policy.act_batch raised ValueError: broken weights"
+        assert record["error_kind"] == "policy" and "ValueError: broken weights" in record["detail"]
+
+
+def test_an_unreachable_server_makes_every_episode_an_error(fake: pytest.Pytester) -> None:
+    url = f"ws://127.0.0.1:{free_port()}"
+    result = fake.runpytest(*FAKE, f"--policy={url}?connect_timeout=0.2", "--episodes=1")
+    result.assert_outcomes(errors=2)
+    records = episode_records(only_run_dir(fake.path / "results"))
+    assert {r["error_kind"] for r in records.values()} == {"server"}
+    assert all(f"cannot reach the policy server at {url}" in r["message"] for r in records.values())
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--policy=wss://host:1"], "--policy 'wss://host:1': expected ws://HOST:PORT or openpi://HOST:PORT"),
+        (["--vla-serve=random", "--policy=zero"], "--vla-serve serves the policy it names; it does not combine"),
+        (["--vla-serve=no_such_module:make"], "module 'no_such_module' is not importable"),
+    ],
+)
+def test_bad_serving_options_are_one_clear_line(fake: pytest.Pytester, args: list[str], expected: str) -> None:
+    result = fake.runpytest("--benchmark=fake.yaml", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and expected in errors[0], result.errlines
+
+
+def test_the_plugin_does_not_load_serving_code_unless_asked(fake: pytest.Pytester) -> None:
+    fake.makepyfile(served=SERVED)
+    result = fake.runpytest_subprocess(*FAKE, "--policy=served:Light", "--episodes=1")
+    assert result.parseoutcomes().get("errors", 0) == 0, result.stdout.str()
+    fake.makepyfile(
+        test_user="""
+        import sys
+
+        def test_nothing_of_serving_is_imported():
+            assert not {"websockets", "msgpack", "pytest_vlaeval.serving"} & set(sys.modules)
+        """
+    )
+    fake.runpytest_subprocess("-p", "no:cacheprovider", "test_user.py").assert_outcomes(passed=1)
+
+
+@pytest.mark.mikasa
+def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: Path) -> None:
+    """Two xdist workers share one server; each episode's actions come from its own seeded RNG."""
+    task, seeds = "RememberColor3-VLA-v0", (4242424242, 4242424243)
+    args = ["--benchmark=short", f"--vla-tasks={task}", "--episodes=2", "-p", "no:cacheprovider", "-rA"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "--vla-serve=random", "-n", "2", "--rootdir", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    run_dir = only_run_dir(tmp_path / "results")
+    served = {key: (r["success"], r["episode_return"], r["length"]) for key, r in episode_records(run_dir).items()}
+    assert {r["worker"] for r in episode_records(run_dir).values()} <= {"gw0", "gw1"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["n_completed"] == 2 and summary["n_errors"] == 0
+
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), "random", "auto")
+    try:
+        records = [runner.run(benchmark.task(task), seed, index) for index, seed in enumerate(seeds)]
+    finally:
+        runner.close_env()
+    assert served == {r.key: (r.success, r.episode_return, r.length) for r in records}
+    steps = sum(r.length for r in records)  # chunk size 1: one request per step
+    assert f"stopped after {steps} requests" in (run_dir / "server.log").read_text()
