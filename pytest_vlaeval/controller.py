@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from pytest_vlaeval.collect import RECORD_ATTR, EpisodeItem, parse_nodeid
 from pytest_vlaeval.deadline import HARD_FACTOR
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.progress import Progress
 from pytest_vlaeval.record import ERROR, EpisodeRecord
 from pytest_vlaeval.results import summary, write_json_atomic
 from pytest_vlaeval.session import WORKER_PLAN, RunContext
@@ -50,8 +50,8 @@ class ResultsController:
         self.gate: Any = None
         self.policy_claimed = False
         self.chart: Path | None = None
-        self.reporter: Any = None
-        self.started = time.monotonic()
+        self.latest_outcome: dict[tuple[str, int], str] = {}
+        self.progress = Progress(None, {}, live=False)  # replaced at session start
 
     # -- what was scheduled --------------------------------------------------------------
 
@@ -68,6 +68,7 @@ class ResultsController:
             if key is not None and nodeid not in self.scheduled:
                 self.scheduled[nodeid] = key
                 self.pending_by_task[key[0]].add(nodeid)
+                self.progress.schedule(key[0])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -115,6 +116,7 @@ class ResultsController:
         attempt = self.latest_attempt.get(record.key, 0) + 1
         record = dataclasses.replace(record, attempt=attempt)
         self.latest_attempt[record.key] = attempt
+        self.latest_outcome[record.key] = record.outcome
         if record.model is not None and not self.policy_claimed:
             self._claim_policy(record)
         self.store.append(record)
@@ -133,38 +135,21 @@ class ResultsController:
 
     def _settle(self, nodeid: str) -> None:
         self.reported.add(nodeid)
-        task = self.scheduled[nodeid][0]
+        task, seed = self.scheduled[nodeid]
         pending = self.pending_by_task[task]
         pending.discard(nodeid)
+        self.progress.settled(task, self.latest_outcome[(task, seed)])
         if not pending:
             self.write()
-            self._progress(task)
+            self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        self.started = time.monotonic()
+        from pytest_vlaeval.progress import Progress, live_wanted
 
-    def _progress(self, task: str) -> None:
-        """One line per finished task: its SR, and the session's progress with an ETA by steps."""
-        if self.reporter is None or self.written is None:
-            return
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         steps = {t.env_id: t.max_steps for t in self.run.selection.tasks}
-        done = [key for nodeid, key in self.scheduled.items() if nodeid in self.reported]
-        done_steps = sum(steps[t] for t, _ in done)
-        left_steps = sum(steps[t] for nodeid, (t, _) in self.scheduled.items() if nodeid not in self.reported)
-        elapsed = time.monotonic() - self.started
-        eta = f"ETA {_duration(elapsed * left_steps / done_steps)}" if left_steps and done_steps else "done"
-        result = next((r for r in self.written[1] if r["env_id"] == task), None)
-        verdict = (
-            f"SR {100 * result['sr']:.1f}% ({result['n_episodes']}/{result['n_expected']}, {result['n_errors']} errors)"
-            if result
-            else "no completed episode"
-        )
-        if self.reporter._tw.width_of_current_line:  # after a row of progress dots
-            self.reporter.write("\n")
-        self.reporter.write_line(
-            f"vlaeval: {task} {verdict} | {len(done)}/{len(self.scheduled)} episodes, {_duration(elapsed)}, {eta}"
-        )
+        self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
+        self.progress.start()
 
     def _errored_this_session(self) -> bool:
         """Whether an episode of this session ended in an error (an incomplete run never passes)."""
@@ -195,6 +180,7 @@ class ResultsController:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.progress.stop()
         self.interrupted = self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         if not self.interrupted:
             for nodeid in sorted(set(self.scheduled) - self.reported):
@@ -238,9 +224,3 @@ class ResultsController:
         from pytest_vlaeval.report import render_summary
 
         render_summary(terminalreporter, *self.written, self.run, self.gate, config.invocation_params.args, self.chart)
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

@@ -109,6 +109,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write an mp4 per episode (scene beside the two cameras) under <run>/videos/: "
         "none, failed (every episode that did not succeed) or all [none]",
     )
+    group.addoption(
+        "--vla-live",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="live progress panel: auto shows it on a terminal; elsewhere a line per finished task [auto]",
+    )
     parser.addini("vla_policy", "default for --policy", default="random")
     parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)
     parser.addini("vla_render", "default for --vla-render", default="auto")

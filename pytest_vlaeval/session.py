@@ -11,8 +11,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +22,10 @@ from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.policy import BUILTIN_POLICIES
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 from pytest_vlaeval.subset import RERUN_MODES, parse_shard
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.record import EpisodeRecord
+    from pytest_vlaeval.runner import EpisodeRunner
 
 THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
@@ -56,55 +62,51 @@ WORKER_PLAN = "vla_plan"
 
 
 def start(config: pytest.Config) -> None:
-    from pytest_vlaeval.store import RunStore
-
-    try:
-        run = _run_context(config)
-        worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
-        if worker_plan is not None:
-            run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
-        else:
-            run = _plan(run, RunStore(run.run_dir, run.store_label).history())
-    except SpecError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    """Every process collects the episodes; the controller also checks, stores and reports."""
+    run = _guarded(_run_context, config)
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
+    runner = _register_episodes(config, run)
+    if not hasattr(config, "workerinput") and not config.option.collectonly:
+        _start_controller(config, run, runner)
 
+
+def _guarded(build: Callable[[pytest.Config], RunContext], config: pytest.Config) -> RunContext:
+    try:
+        return build(config)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
     from pytest_vlaeval.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.runner import EpisodeRunner
 
     runner = EpisodeRunner(
         run.selection, run.policy_spec, run.render, run.timeout, (config.getoption("vla_video"), run.run_dir / "videos")
     )
-    config.pluginmanager.register(
-        BenchmarkCollection(Plan(run.selection, run.episodes, runner, run.retries, run.subset_note)),
-        "vlaeval-collection",
-    )
-    config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
     if config.getoption("vla_serve") and hasattr(config, "workerinput"):
         from pytest_vlaeval.serving.url import SERVED_URL_KEY
 
         runner.policy_spec = config.workerinput.get(SERVED_URL_KEY, runner.policy_spec)  # absent under --co
-    if hasattr(config, "workerinput") or config.option.collectonly:
-        return
+    plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note)
+    config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
+    config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
+    return runner
 
-    from pytest_vlaeval import placement, scheduler
+
+def _start_controller(config: pytest.Config, run: RunContext, runner: EpisodeRunner) -> None:
+    from pytest_vlaeval import placement, render, scheduler
+    from pytest_vlaeval.controller import ResultsController
+    from pytest_vlaeval.store import RunStore, fingerprint
 
     try:
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(config, run.selection)
-    except SpecError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-    from pytest_vlaeval import render
-    from pytest_vlaeval.controller import ResultsController
-    from pytest_vlaeval.store import fingerprint
-
-    render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
-    _preflight(run)
-    store = RunStore(run.run_dir, run.store_label)
-    try:
+        render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
+        _preflight(run)
+        store = RunStore(run.run_dir, run.store_label)
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -116,7 +118,7 @@ def start(config: pytest.Config) -> None:
     config.pluginmanager.register(ResultsController(run, store), "vlaeval-controller")
 
 
-def _plan(run: RunContext, history: list) -> RunContext:
+def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
     """Narrow the universe to this session's episodes: a shard, then what the store says."""
     from pytest_vlaeval.store import latest
     from pytest_vlaeval.subset import shard, still_to_run
@@ -172,7 +174,7 @@ def _run_context(config: pytest.Config) -> RunContext:
     retries = config.getoption("vla_retries")
     if retries < 0:
         raise SpecError(f"--vla-retries must be >= 0, got {retries}")
-    return RunContext(
+    run = RunContext(
         selection,
         policy_spec,
         render,
@@ -185,6 +187,12 @@ def _run_context(config: pytest.Config) -> RunContext:
         gate_alpha=config.getoption("vla_gate_alpha"),
         timeout=config.getoption("vla_timeout"),
     )
+    worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
+    if worker_plan is not None:  # the controller chose; every worker runs the same list
+        return dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
+    from pytest_vlaeval.store import RunStore
+
+    return _plan(run, RunStore(run.run_dir, run.store_label).history())
 
 
 def _check_policy_spec(spec: str) -> None:

@@ -7,7 +7,9 @@ and serially through the benchmark package's reference runner (``evaluate_task``
 task), then prints one table with the ratios. Every row is a fresh process timed from start to
 exit, so imports, worker start-up and the render check count everywhere they happen. Env builds
 come from the ``env_built`` flag of each episode record. The machine's load moves single
-timings; compare ratios within one run (``--repeat`` takes the median of several).
+timings; compare ratios within one run (``--repeat`` takes the median of several). The "in
+episodes" column (seconds inside episodes, summed over workers) and the load average show how
+much the machine slowed each row: the same work costs more seconds on a busier machine.
 
     python scripts/bench_scheduling.py [--tasks A,B,...] [--episodes 6] [--workers 2] [--repeat 1] [--keep DIR]
 
@@ -41,6 +43,8 @@ class Row:
     walls: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
     """The machine's 1-minute load average at the end of each run: how noisy its timing is."""
+    busy: list[float] = field(default_factory=list)
+    """Seconds spent inside episodes, summed over workers (pytest rows: the records' wall times)."""
     builds: int = 0
     outcomes: Outcomes = field(default_factory=dict)
 
@@ -48,16 +52,18 @@ class Row:
     def wall(self) -> float:
         return statistics.median(self.walls)
 
-    def add(self, wall: float, builds: int, outcomes: Outcomes) -> None:
+    def add(self, wall: float, builds: int, outcomes: Outcomes, busy: float | None) -> None:
         self.walls.append(wall)
         self.loads.append(os.getloadavg()[0])
+        if busy is not None:
+            self.busy.append(busy)
         self.builds, self.outcomes = builds, outcomes
 
 
 def run_pytest(
     mode: list[str], tasks: list[str], episodes: int, workers: int, workdir: Path
-) -> tuple[float, int, Outcomes]:
-    """One pytest session in a fresh directory: (wall seconds, env builds, outcomes)."""
+) -> tuple[float, int, Outcomes, float]:
+    """One pytest session in a fresh directory: (wall seconds, env builds, outcomes, seconds in episodes)."""
     workdir.mkdir(parents=True)
     command = [
         sys.executable, "-m", "pytest", "--benchmark=short", f"--vla-tasks={','.join(tasks)}",
@@ -78,10 +84,10 @@ def run_pytest(
     if errors:
         sys.exit(f"pytest {' '.join(mode)}: {len(errors)} episodes errored, e.g. {errors[0]['message']}")
     outcomes = {(r["task"], r["seed"]): (r["success"], r["length"], round(r["episode_return"], 6)) for r in records}
-    return wall, sum(bool(r["env_built"]) for r in records), outcomes
+    return wall, sum(bool(r["env_built"]) for r in records), outcomes, sum(r["wall_time"] for r in records)
 
 
-def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes]:
+def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes, None]:
     """This script again, in ``--reference`` mode: a fresh process, as for the pytest rows."""
     command = [sys.executable, __file__, "--reference", f"--tasks={','.join(tasks)}", f"--episodes={episodes}"]
     started = time.perf_counter()
@@ -97,7 +103,7 @@ def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes
             result["episode_seeds"], result["successes"], result["episode_lengths"], result["returns"], strict=True
         )
     }
-    return wall, len(results), outcomes
+    return wall, len(results), outcomes, None
 
 
 def reference_main(tasks: list[str], episodes: int) -> None:
@@ -161,14 +167,15 @@ def table(rows: list[Row], tasks: list[str], episodes: int, workers: int, refere
     lines = [
         f"{len(tasks)} tasks x {episodes} seeds = {len(tasks) * episodes} episodes; pytest rows under -n {workers}",
         f"{'':<26}{'wall [s]':>9}{'env builds':>12}{'episodes/s':>12}{'x reference':>13}{'x best built-in':>17}"
-        f"{'load':>7}",
+        f"{'in episodes [s]':>17}{'load':>6}",
     ]
     for row in [reference, *rows]:
         speedup = reference.wall / row.wall
         versus = "" if row is reference else f"{best_builtin / row.wall:.2f}"
+        busy = f"{statistics.median(row.busy):.1f}" if row.busy else "-"
         lines.append(
             f"{row.name:<26}{row.wall:>9.1f}{row.builds:>12}{len(row.outcomes) / row.wall:>12.3f}"
-            f"{speedup:>13.2f}{versus:>17}{statistics.median(row.loads):>7.1f}"
+            f"{speedup:>13.2f}{versus:>17}{busy:>17}{statistics.median(row.loads):>6.1f}"
         )
     same = all(row.outcomes == reference.outcomes for row in rows)
     lines.append(f"every row gives the same success, length and return per episode: {'yes' if same else 'NO'}")

@@ -25,3 +25,10 @@ def episode_records(directory: Path) -> dict[tuple[str, int], dict]:
             record = json.loads(line)
             records[(record["task"], record["seed"])] = record
     return records
+
+
+def assert_one_line_usage_error(result: pytest.RunResult, expected: str) -> None:
+    """The session stopped before any episode with exactly one ``ERROR:`` line containing ``expected``."""
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and expected in errors[0], result.errlines

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
-from helpers import episode_records, read_json, run_dir
+from helpers import assert_one_line_usage_error, episode_records, read_json, run_dir
 
 SHORT = ["--benchmark=fake.yaml:short"]
 
@@ -73,9 +74,7 @@ def test_k_selection_and_episode_count(fake: pytest.Pytester) -> None:
 )
 def test_bad_input_is_one_clear_line(fake: pytest.Pytester, args: list[str], expected: str) -> None:
     result = fake.runpytest(*args)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    errors = [line for line in result.errlines if line.startswith("ERROR:")]
-    assert len(errors) == 1 and expected in errors[0], result.errlines
+    assert_one_line_usage_error(result, expected)
 
 
 def test_outcomes_records_and_canonical_json(fake: pytest.Pytester) -> None:
@@ -340,3 +339,14 @@ def test_videos_for_failed_or_all_episodes_are_written_and_attached(
     assert frames == records[some]["length"] + 1  # one before every step, one after the last
     assert f'<property name="video" value="{records[some]["video"]}"' in (fake.path / "report.xml").read_text()
     result.stdout.fnmatch_lines(["*episode video*"])
+
+
+def test_live_panel_when_asked_and_plain_lines_otherwise(fake: pytest.Pytester) -> None:
+    plain = fake.runpytest_subprocess(*SHORT, "-q", "--vla-results=plain")
+    assert "╭" not in plain.stdout.str(), "no live panel when stdout is not a terminal"
+    plain.stdout.fnmatch_lines(["vlaeval: Alpha-v0 SR *", "vlaeval: Beta-v0 SR * | 6/6 episodes, *, done"])
+    live = fake.runpytest_subprocess(*SHORT, "-q", "--vla-live=on", "--vla-results=live")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", live.stdout.str())  # drop colours and cursor moves
+    assert "─ vlaeval ─" in text and "SR so far" in text
+    live.stdout.fnmatch_lines(["*vlaeval: Beta-v0 SR * | 6/6 episodes, *, done", "*2 failed, 4 passed*"])
+    assert live.parseoutcomes() == plain.parseoutcomes()

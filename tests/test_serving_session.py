@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import episode_records
+from helpers import assert_one_line_usage_error, episode_records
 
 from pytest_vlaeval.runner import EpisodeRunner
 from pytest_vlaeval.spec import resolve_benchmark, select
@@ -116,9 +116,7 @@ def test_an_unreachable_server_makes_every_episode_an_error(fake: pytest.Pyteste
 )
 def test_bad_serving_options_are_one_clear_line(fake: pytest.Pytester, args: list[str], expected: str) -> None:
     result = fake.runpytest("--benchmark=fake.yaml", *args)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    errors = [line for line in result.errlines if line.startswith("ERROR:")]
-    assert len(errors) == 1 and expected in errors[0], result.errlines
+    assert_one_line_usage_error(result, expected)
 
 
 def test_the_plugin_does_not_load_serving_code_unless_asked(fake: pytest.Pytester) -> None:
