@@ -316,6 +316,10 @@ def uses_affinity(config: pytest.Config) -> bool:
 def install(config: pytest.Config, selection: Selection) -> None:
     """Register the affinity scheduler on the controller when this session uses it."""
     if uses_affinity(config) and config.pluginmanager.has_plugin("xdist"):
+        if config.getoption("tx") and config.option.dist == "no":
+            # Gateways alone (--tx, no -n) start xdist only with a --dist mode; "load" just turns
+            # distribution on, and the hook below still chooses the scheduler.
+            config.option.dist = "load"
         steps = {
             f"{split_node_name(selection.benchmark.name, task.split)}::{task.env_id}": task.max_steps
             for task in selection.tasks

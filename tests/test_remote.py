@@ -64,9 +64,10 @@ def _wait_for(port: int) -> None:
 def test_socket_workers_send_their_episodes_to_the_controller(fake: pytest.Pytester, socket_hosts: list[str]) -> None:
     tx = [arg for spec in socket_hosts for arg in ("--tx", spec)]
     result = fake.runpytest_subprocess(
-        *tx, "--dist=load", "--benchmark=fake.yaml:short", "--vla-tasks=Alpha-v0,Beta-v0", "-p", "no:cacheprovider"
+        *tx, "-v", "--benchmark=fake.yaml:short", "--vla-tasks=Alpha-v0,Beta-v0", "-p", "no:cacheprovider"
     )
     assert result.ret in (0, 1), result.stdout.str()
+    result.stdout.fnmatch_lines(["*scheduling tests via AffinityScheduling*"])  # the plugin's scheduler, remotely too
     records = episode_records(run_dir(fake))
     assert len(records) == 6
     assert {r["worker"] for r in records.values()} <= {"gw0", "gw1"}
