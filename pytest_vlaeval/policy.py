@@ -111,7 +111,10 @@ def build_policy(spec: str, action_dim: int) -> Policy:
         from pytest_vlaeval.serving.client import connect_policy
 
         return connect_policy(spec, action_dim)
-    factory = resolve_policy_factory(spec)
+    try:
+        factory = resolve_policy_factory(spec)
+    except SpecError as exc:  # in a worker, a policy that cannot be found fails its episodes
+        raise PolicyError(str(exc)) from None
     try:
         policy = factory(action_dim) if spec in BUILTIN_POLICIES else factory()
     except Exception as exc:

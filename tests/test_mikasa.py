@@ -159,11 +159,11 @@ def test_parity_with_the_reference_run_episode_on_fresh_envs(serial) -> None:
 
 def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
     """RotateLenientPos adds ``task_cue`` (the target angle) to obs and ``oracle_info`` to info."""
-    import policies
+    import spy_policies
 
     benchmark, _ = resolve_benchmark("mikasa:short")
     runner = EpisodeRunner(
-        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1), "policies:Spy", "auto"
+        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1), "spy_policies:Spy", "auto"
     )
     try:
         record = runner.run(benchmark.task("RotateLenientPos-VLA-v0"), SEEDS[0], 0)
@@ -172,8 +172,8 @@ def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
         runner.close_env()
     assert record.outcome in ("success", "failure"), record.message
     assert "task_cue" in raw_obs and "oracle_info" in raw_info, "the env does carry privileged data"
-    assert policies.Spy.seen_keys == {("instruction", "proprio", "rgb")}
-    assert "degrees" in policies.Spy.instructions.pop() and policies.Spy.calls == record.length
+    assert spy_policies.Spy.seen_keys == {("instruction", "proprio", "rgb")}
+    assert "degrees" in spy_policies.Spy.instructions.pop() and spy_policies.Spy.calls == record.length
 
 
 def test_render_check_passes_on_this_machine() -> None:

@@ -1,4 +1,4 @@
-"""Policies for the tests that run in-process (importable as ``policies:NAME``)."""
+"""Policies for the tests that run in-process (importable as ``spy_policies:NAME``)."""
 
 from __future__ import annotations
 
