@@ -61,6 +61,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="GPUs of the xdist workers (CUDA_VISIBLE_DEVICES), comma-separated GPUS[:WORKERS] segments: "
         "0-3 (one GPU each), 0-1:0-3 (two workers per GPU), 0-3:0-1 (two GPUs each), all. Sets -n when not given.",
     )
+    group.addoption(
+        "--vla-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="per-episode limit (env build + episode): past it the episode is an error and, under xdist, "
+        "a worker stuck in native code is replaced",
+    )
+    group.addoption(
+        "--vla-video",
+        choices=("none", "failed", "all"),
+        default="none",
+        help="write an mp4 per episode (scene beside the two cameras) under <run>/videos/: "
+        "none, failed (every episode that did not succeed) or all [none]",
+    )
+    group.addoption(
+        "--vla-live",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="live progress panel: auto shows it on a terminal; elsewhere a line per finished task [auto]",
+    )
     results = parser.getgroup(
         "vlaeval-results", "VLA evaluation: reruns, shards and the regression gate (pytest-vlaeval)"
     )
@@ -94,26 +114,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         metavar="A",
         help="fail only when the drop is also significant (exact McNemar p < A on paired seeds)",
-    )
-    group.addoption(
-        "--vla-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="per-episode limit (env build + episode): past it the episode is an error and, under xdist, "
-        "a worker stuck in native code is replaced",
-    )
-    group.addoption(
-        "--vla-video",
-        choices=("none", "failed", "all"),
-        default="none",
-        help="write an mp4 per episode (scene beside the two cameras) under <run>/videos/: "
-        "none, failed (every episode that did not succeed) or all [none]",
-    )
-    group.addoption(
-        "--vla-live",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="live progress panel: auto shows it on a terminal; elsewhere a line per finished task [auto]",
     )
     parser.addini("vla_policy", "default for --policy", default="random")
     parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)

@@ -4,7 +4,8 @@
 - Split SR: the split SR is a mean of task proportions, not a pooled proportion, so its interval
   is a normal interval on that mean, with each task's variance taken at its Agresti-Coull
   adjusted proportion (successes + z²/2) / (n + z²), which keeps the variance of a task at 0 % or
-  100 % from collapsing to zero: SE = sqrt(sum_i p~_i (1 - p~_i) / (n_i + z²)) / T.
+  100 % from collapsing to zero: SE = sqrt(sum_i p~_i (1 - p~_i) / (n_i + z²)) / T. A group
+  of one task gets that task's Wilson interval.
 - Regression test: exact two-sided McNemar test on the seeds both runs evaluated (a binomial test
   on the discordant pairs).
 """
@@ -32,6 +33,8 @@ def mean_of_proportions_interval(counts: Sequence[tuple[int, int]], z: float = Z
     counts = [(s, n) for s, n in counts if n > 0]
     if not counts:
         return 0.0, 1.0
+    if len(counts) == 1:  # one task: its own Wilson interval, so a group never claims more
+        return wilson(*counts[0], z=z)
     mean = sum(s / n for s, n in counts) / len(counts)
     variance = 0.0
     for s, n in counts:

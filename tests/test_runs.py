@@ -284,6 +284,7 @@ def test_statistics_known_values() -> None:
     low, high = wilson(5, 10)
     assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
     assert wilson(0, 10)[0] == 0.0 and round(wilson(0, 10)[1], 4) == 0.2775
+    assert mean_of_proportions_interval([(5, 10)]) == wilson(5, 10)
     low, high = mean_of_proportions_interval([(0, 50), (50, 50)])
     assert low < 0.5 < high and high - low < 0.1
 
