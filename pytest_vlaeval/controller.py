@@ -117,7 +117,7 @@ class ResultsController:
         record = dataclasses.replace(record, attempt=attempt)
         self.latest_attempt[record.key] = attempt
         self.latest_outcome[record.key] = record.outcome
-        if record.model is not None and not self.policy_claimed:
+        if record.completed and not self.policy_claimed:
             self._claim_policy(record)
         self.store.append(record)
         self.history.append(record)
@@ -125,9 +125,15 @@ class ResultsController:
             self._settle(nodeid)
 
     def _claim_policy(self, record: EpisodeRecord) -> None:
-        """The policy's own description (chunk size, config) joins the run's fingerprint."""
+        """What only a worker learns joins the run's fingerprint: the policy's own description
+        (name, config, chunk size) and the render backend ``auto`` resolved to."""
+        identity = {
+            "model": record.model,
+            "action_chunk_size": record.chunk_size,
+            "render_backend": record.render_backend,
+        }
         try:
-            self.store.claim({"model": record.model, "action_chunk_size": record.chunk_size}, POLICY_FILE)
+            self.store.claim(identity, POLICY_FILE)
         except SpecError as exc:
             self.store.close()
             pytest.exit(f"refusing to mix episodes into this run: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)

@@ -297,6 +297,26 @@ def test_fingerprint_mismatch_is_refused(fake: pytest.Pytester) -> None:
     )
 
 
+def test_a_session_whose_policy_or_backend_differs_cannot_mix_into_a_run(fake: pytest.Pytester) -> None:
+    fake.runpytest(*SHORT, "--vla-tasks=Alpha-v0")
+    identity = run_dir(fake) / "policy.json"
+    assert json.loads(identity.read_text()) == {
+        "model": {"name": "random", "config": {"action_dim": 7, "distribution": "uniform[-1,1]"}},
+        "action_chunk_size": 1,
+        "render_backend": "none",
+    }
+    identity.write_text(identity.read_text().replace('"none"', '"gpu"'))
+
+    def logged() -> int:
+        return sum(len(p.read_text().splitlines()) for p in (run_dir(fake) / "episodes").glob("*.jsonl"))
+
+    before = logged()
+    result = fake.runpytest_subprocess(*SHORT, "--vla-tasks=Alpha-v0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*refusing to mix episodes into this run: *render_backend: 'gpu' -> 'none'*"])
+    assert logged() == before, "no record of the refused session is stored"
+
+
 def test_interrupted_session_keeps_finished_episodes_and_marks_partial(fake: pytest.Pytester) -> None:
     fake.makepyfile(
         stopper=textwrap.dedent(
