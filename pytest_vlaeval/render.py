@@ -22,6 +22,8 @@ NO_VULKAN_HINT = (
     "scripts/setup.sh does this) or run on a CUDA machine with --vla-render=gpu"
 )
 
+NO_CUDA_HINT = "the GPU path needs an NVIDIA GPU with its driver; use --vla-render=cpu (software Vulkan) or auto"
+
 _patched = False
 
 
@@ -98,7 +100,8 @@ def check(backend: str) -> str | None:
     try:
         sapien.render.RenderSystem() if backend == "cpu" else sapien.render.RenderSystem("cuda")
     except Exception as exc:
-        return f"no usable Vulkan device for --vla-render={backend} ({type(exc).__name__}: {exc}): {NO_VULKAN_HINT}"
+        hint = NO_VULKAN_HINT if backend == "cpu" else NO_CUDA_HINT
+        return f"no usable Vulkan device for --vla-render={backend} ({type(exc).__name__}: {exc}): {hint}"
     return None
 
 

@@ -222,3 +222,55 @@ def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> 
     capture.release()
     assert record.video == str(tmp_path / TASKS[0] / f"{SEEDS[0]}.mp4")
     assert (frames, width, height) == (record.length + 1, 768, 512)  # scene 512x512 | cameras 256 wide
+
+
+def test_a_render_backend_that_cannot_work_fails_fast_in_one_line(tmp_path: Path) -> None:
+    """Forcing the GPU path: on a machine without CUDA the session stops before any episode."""
+    import torch
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--benchmark=short",
+            "--vla-tasks=RememberColor3-VLA-v0",
+            "--episodes=1",
+            "--vla-render=gpu",
+            "--co",
+            "-q",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    check = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.render", "gpu"], capture_output=True, text=True, timeout=300
+    )
+    if torch.cuda.is_available():
+        assert check.returncode == 0 and check.stdout.strip().endswith("gpu"), check.stdout + check.stderr
+    else:
+        assert check.returncode == 1
+        assert "no usable Vulkan device for --vla-render=gpu" in check.stdout and "--vla-render=cpu" in check.stdout
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--benchmark=short",
+                "--vla-tasks=RememberColor3-VLA-v0",
+                "--episodes=1",
+                "--vla-render=gpu",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == pytest.ExitCode.USAGE_ERROR
+        assert [line for line in run.stderr.splitlines() if line.startswith("ERROR:")] == [
+            f"ERROR: render backend check failed: {check.stdout.strip()}"
+        ]
+        assert not (tmp_path / "results").exists()
+    assert proc.returncode == 0, "collect-only never needs a renderer"
