@@ -220,6 +220,9 @@ def test_gate_passes_and_fails_on_constructed_baselines(fake: pytest.Pytester) -
         ]
     )
     assert same.ret == pytest.ExitCode.OK, "with a baseline, failed episodes are the measurement: the gate decides"
+    rejudged = fake.runpytest(*SHORT, "--vla-results=base", "--vla-rerun=errors", f"--vla-baseline={base}")
+    rejudged.stdout.fnmatch_lines(["vlaeval: --vla-rerun=errors: 0 of 6 episodes selected*", "vlaeval gate: PASS: *"])
+    assert rejudged.ret == pytest.ExitCode.OK, "re-judging a complete run runs nothing and passes"
 
     better = fake.path / "better"
     better.mkdir()
