@@ -23,7 +23,7 @@ from pytest_vlaeval.deadline import HARD_FACTOR
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.progress import Progress
 from pytest_vlaeval.record import ERROR, EpisodeRecord
-from pytest_vlaeval.results import summary, write_json_atomic
+from pytest_vlaeval.results import summary, write_canonical
 from pytest_vlaeval.session import WORKER_PLAN, RunContext
 from pytest_vlaeval.store import POLICY_FILE, RunStore, latest
 
@@ -36,11 +36,11 @@ RERUN_OUTCOME = "rerun"
 
 
 class ResultsController:
-    def __init__(self, run: RunContext, store: RunStore) -> None:
+    def __init__(self, run: RunContext, store: RunStore, history: list[EpisodeRecord]) -> None:
         self.run = run
         self.store = store
-        self.history = store.history()
-        self.latest_attempt = {r.key: r.attempt for r in self.history}
+        self.history = history
+        self.latest = latest(history)
         self.scheduled: dict[str, tuple[str, int]] = {}
         self.reported: set[str] = set()
         self.pending_by_task: dict[str, set[str]] = defaultdict(set)
@@ -50,7 +50,6 @@ class ResultsController:
         self.gate: Any = None
         self.policy_claimed = False
         self.chart: Path | None = None
-        self.latest_outcome: dict[tuple[str, int], str] = {}
         self.progress = Progress(None, {}, live=False)  # replaced at session start
 
     # -- what was scheduled --------------------------------------------------------------
@@ -108,15 +107,14 @@ class ResultsController:
             for attempt in payload:
                 self._accept(report.nodeid, EpisodeRecord.from_dict(attempt), final=False)
             self._settle(report.nodeid)
-        elif report.failed and report.when != "???":  # a harness fault before the episode ran
+        elif report.failed:  # a harness fault before the episode ran (crashes come through handlecrashitem)
             message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "no result"
             self._accept(report.nodeid, self._error(report.nodeid, message, "harness"), final=True)
 
     def _accept(self, nodeid: str, record: EpisodeRecord, *, final: bool) -> None:
-        attempt = self.latest_attempt.get(record.key, 0) + 1
-        record = dataclasses.replace(record, attempt=attempt)
-        self.latest_attempt[record.key] = attempt
-        self.latest_outcome[record.key] = record.outcome
+        previous = self.latest.get(record.key)
+        record = dataclasses.replace(record, attempt=previous.attempt + 1 if previous else 1)
+        self.latest[record.key] = record
         if record.completed and not self.policy_claimed:
             self._claim_policy(record)
         self.store.append(record)
@@ -144,7 +142,7 @@ class ResultsController:
         task, seed = self.scheduled[nodeid]
         pending = self.pending_by_task[task]
         pending.discard(nodeid)
-        self.progress.settled(task, self.latest_outcome[(task, seed)])
+        self.progress.settled(task, self.latest[(task, seed)].outcome)
         if not pending:
             self.write()
             self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
@@ -160,8 +158,7 @@ class ResultsController:
     def _errored_this_session(self) -> bool:
         """Whether an episode of this session ended in an error (an incomplete run never passes)."""
         settled = {self.scheduled[nodeid] for nodeid in self.reported}
-        latest_records = latest(self.history)
-        return any(latest_records[key].outcome == ERROR for key in settled if key in latest_records)
+        return any(self.latest[key].outcome == ERROR for key in settled if key in self.latest)
 
     def _error(self, nodeid: str, message: str, kind: str, worker: Any = None) -> EpisodeRecord:
         task, seed = self.scheduled[nodeid]
@@ -219,9 +216,7 @@ class ResultsController:
     def write(self) -> None:
         """Materialise the canonical files from every record of the run (all sessions)."""
         body, per_task = summary(self.run.selection, self.history, interrupted=self.interrupted)
-        for result in per_task:
-            write_json_atomic(self.run.run_dir / f"{result['env_id']}.json", result)
-        write_json_atomic(self.run.run_dir / "summary.json", body)
+        write_canonical(self.run.run_dir, body, per_task)
         self.written = body, per_task
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_vlaeval.chart import CHART_FILE, write_chart
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results import summary, write_json_atomic
+from pytest_vlaeval.results import summary, write_canonical
 from pytest_vlaeval.spec import resolve_benchmark, select
 from pytest_vlaeval.store import EPISODES_DIR, FINGERPRINT_FILE, POLICY_FILE, RunStore
 
@@ -68,9 +68,7 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
         episodes=reference["episodes"],
     )
     body, per_task = summary(selection, RunStore(out).history(), interrupted=False)
-    for result in per_task:
-        write_json_atomic(out / f"{result['env_id']}.json", result)
-    write_json_atomic(out / "summary.json", body)
+    write_canonical(out, body, per_task)
     write_chart(body, per_task, out / CHART_FILE)
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]

@@ -30,8 +30,9 @@ class MikasaEnv:
         return self.env.reset(seed=seed, options=options)
 
     def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        # A new tensor every step: the env keeps a reference and zeroes it in place on reset.
-        tensor = torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, -1).clone()
+        # ``action`` is the episode loop's fresh copy for this step, so the env may keep (and
+        # zero in place on reset) the tensor that shares its memory.
+        tensor = torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, -1)
         obs, reward, terminated, truncated, info = self.env.step(tensor)
         info = dict(info)
         info["success"] = bool(_first(info.get("success"), default=False))

@@ -8,9 +8,6 @@ reported as an error, never as a failure.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -20,7 +17,7 @@ from typing import Any
 from pytest_vlaeval.record import FAILURE, SUCCESS, EpisodeRecord
 from pytest_vlaeval.spec import Selection, Task
 from pytest_vlaeval.stats import mean_of_proportions_interval, wilson
-from pytest_vlaeval.store import latest
+from pytest_vlaeval.store import latest, write_json_atomic
 
 
 def mean(values: Iterable[float]) -> float:
@@ -143,17 +140,8 @@ def _group_interval(results: list[dict[str, Any]]) -> list[float]:
     return list(mean_of_proportions_interval([(sum(r["successes"]), r["n_episodes"]) for r in results]))
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write via a temp file and rename, so a reader or a crash never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_canonical(run_dir: Path, body: dict[str, Any], per_task: list[dict[str, Any]]) -> None:
+    """``<ENV_ID>.json`` for every task with results, then ``summary.json``."""
+    for result in per_task:
+        write_json_atomic(run_dir / f"{result['env_id']}.json", result)
+    write_json_atomic(run_dir / "summary.json", body)

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from pytest_vlaeval.subset import RERUN_MODES, parse_shard
 if TYPE_CHECKING:
     from pytest_vlaeval.record import EpisodeRecord
     from pytest_vlaeval.runner import EpisodeRunner
+    from pytest_vlaeval.store import RunStore
 
 THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
@@ -48,6 +48,7 @@ class RunContext:
     max_drop: float = 0.05
     gate_alpha: float | None = None
     timeout: float | None = None
+    video: str = "none"
     episodes: frozenset[tuple[str, int]] = frozenset()
     """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
     subset_note: str | None = None
@@ -63,29 +64,32 @@ WORKER_PLAN = "vla_plan"
 
 def start(config: pytest.Config) -> None:
     """Every process collects the episodes; the controller also checks, stores and reports."""
-    run = _guarded(_run_context, config)
+    from pytest_vlaeval.store import RunStore
+
+    try:
+        run = _run_context(config)
+        worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
+        if worker_plan is not None:  # the controller chose; every worker runs the same list
+            run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
+        else:
+            store = RunStore(run.run_dir, run.store_label)
+            history = store.history()  # read once: it plans this session and seeds the controller
+            run = _plan(run, history)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
     runner = _register_episodes(config, run)
-    if not hasattr(config, "workerinput") and not config.option.collectonly:
-        _start_controller(config, run, runner)
-
-
-def _guarded(build: Callable[[pytest.Config], RunContext], config: pytest.Config) -> RunContext:
-    try:
-        return build(config)
-    except SpecError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    if worker_plan is None and not config.option.collectonly:
+        _start_controller(config, run, runner, store, history)
 
 
 def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
     from pytest_vlaeval.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.runner import EpisodeRunner
 
-    runner = EpisodeRunner(
-        run.selection, run.policy_spec, run.render, run.timeout, (config.getoption("vla_video"), run.run_dir / "videos")
-    )
+    runner = EpisodeRunner(run.selection, run.policy_spec, run.render, run.timeout, (run.video, run.run_dir / "videos"))
     if config.getoption("vla_serve") and hasattr(config, "workerinput"):
         from pytest_vlaeval.serving.url import SERVED_URL_KEY
 
@@ -96,17 +100,18 @@ def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
     return runner
 
 
-def _start_controller(config: pytest.Config, run: RunContext, runner: EpisodeRunner) -> None:
+def _start_controller(
+    config: pytest.Config, run: RunContext, runner: EpisodeRunner, store: RunStore, history: list[EpisodeRecord]
+) -> None:
     from pytest_vlaeval import placement, render, scheduler
     from pytest_vlaeval.controller import ResultsController
-    from pytest_vlaeval.store import RunStore, fingerprint
+    from pytest_vlaeval.store import fingerprint
 
     try:
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(config, run.selection)
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run)
-        store = RunStore(run.run_dir, run.store_label)
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -115,7 +120,7 @@ def _start_controller(config: pytest.Config, run: RunContext, runner: EpisodeRun
 
         # Episodes here, and on xdist workers (via their workerinput), use the shared server.
         runner.policy_spec = serve_session(config, run.policy_spec, run.run_dir / "server.log")
-    config.pluginmanager.register(ResultsController(run, store), "vlaeval-controller")
+    config.pluginmanager.register(ResultsController(run, store, history), "vlaeval-controller")
 
 
 def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
@@ -186,13 +191,9 @@ def _run_context(config: pytest.Config) -> RunContext:
         max_drop=config.getoption("vla_max_drop"),
         gate_alpha=config.getoption("vla_gate_alpha"),
         timeout=config.getoption("vla_timeout"),
+        video=config.getoption("vla_video"),
     )
-    worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
-    if worker_plan is not None:  # the controller chose; every worker runs the same list
-        return dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
-    from pytest_vlaeval.store import RunStore
-
-    return _plan(run, RunStore(run.run_dir, run.store_label).history())
+    return run
 
 
 def _check_policy_spec(spec: str) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -77,8 +78,6 @@ class RunStore:
                     f"{self.run_dir} holds a run with a different fingerprint ({diff}); use another --vla-results or remove that directory"
                 )
             return
-        from pytest_vlaeval.results import write_json_atomic
-
         write_json_atomic(path, expected)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -124,3 +123,19 @@ def _version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write via a temp file and rename, so a reader or a crash never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

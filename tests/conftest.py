@@ -12,6 +12,15 @@ import pytest
 HERE = Path(__file__).parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests that drive the simulator in-process see the same third-party noise an evaluation
+    filters; filter it the same way."""
+    from pytest_vlaeval.session import THIRD_PARTY_WARNINGS
+
+    for noise in THIRD_PARTY_WARNINGS:
+        config.addinivalue_line("filterwarnings", noise)
+
+
 @pytest.fixture
 def fake(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester dir with ``fake.yaml`` and an importable ``fake_env`` (also for xdist workers)."""

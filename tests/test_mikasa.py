@@ -25,18 +25,19 @@ SEEDS = (4242424242, 4242424243)
 YCB_TASK = "ShellGameTouch-VLA-v0"
 
 
+def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real pytest session in its own process, as a user would start it."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=directory, capture_output=True, text=True, timeout=900
+    )
+
+
 def run_session(directory: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     """A real pytest session evaluating TASKS (and one YCB task) with the random policy."""
     directory.mkdir(parents=True, exist_ok=True)
     tasks = ",".join((*TASKS, YCB_TASK))
     args = ["--benchmark=short", f"--vla-tasks={tasks}", "--episodes=2", "-p", "no:cacheprovider", "-rA", "-vv"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, *extra, "--rootdir", str(directory)],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = run_pytest(directory, *args, *extra, "--rootdir", str(directory))
     (run_dir,) = (directory / "results").iterdir()
     return proc, run_dir
 
@@ -228,23 +229,7 @@ def test_a_render_backend_that_cannot_work_fails_fast_in_one_line(tmp_path: Path
     """Forcing the GPU path: on a machine without CUDA the session stops before any episode."""
     import torch
 
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--benchmark=short",
-            "--vla-tasks=RememberColor3-VLA-v0",
-            "--episodes=1",
-            "--vla-render=gpu",
-            "--co",
-            "-q",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    forced_gpu = ["--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1", "--vla-render=gpu"]
     check = subprocess.run(
         [sys.executable, "-m", "pytest_vlaeval.render", "gpu"], capture_output=True, text=True, timeout=300
     )
@@ -253,24 +238,24 @@ def test_a_render_backend_that_cannot_work_fails_fast_in_one_line(tmp_path: Path
     else:
         assert check.returncode == 1
         assert "no usable Vulkan device for --vla-render=gpu" in check.stdout and "--vla-render=cpu" in check.stdout
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "--benchmark=short",
-                "--vla-tasks=RememberColor3-VLA-v0",
-                "--episodes=1",
-                "--vla-render=gpu",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        run = run_pytest(tmp_path, *forced_gpu)
         assert run.returncode == pytest.ExitCode.USAGE_ERROR
         assert [line for line in run.stderr.splitlines() if line.startswith("ERROR:")] == [
             f"ERROR: render backend check failed: {check.stdout.strip()}"
         ]
         assert not (tmp_path / "results").exists()
-    assert proc.returncode == 0, "collect-only never needs a renderer"
+    assert run_pytest(tmp_path, *forced_gpu, "--co", "-q").returncode == 0, "collect-only never needs a renderer"
+
+
+def test_a_missing_asset_pack_never_waits_on_maniskills_download_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env factory itself, without the runner's asset check in front: ManiSkill's stdin
+    prompt for a missing pack becomes an AssetMissing error instead of a hang or an EOFError."""
+    from mani_skill.utils import assets as maniskill_assets
+
+    from pytest_vlaeval.errors import AssetMissing
+    from pytest_vlaeval.mikasa import make_env
+
+    monkeypatch.setattr(maniskill_assets, "is_data_source_downloaded", lambda asset_id: False)  # on any machine
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    with pytest.raises(AssetMissing, match=r"requires asset\(s\) ycb .*download_asset"):
+        make_env(benchmark.task(YCB_TASK), benchmark, "auto")
