@@ -39,8 +39,11 @@ class ResultsController:
     def __init__(self, run: RunContext, store: RunStore, history: list[EpisodeRecord]) -> None:
         self.run = run
         self.store = store
-        self.history = history
         self.latest = latest(history)
+        self.held: list[EpisodeRecord] = []
+        """Records kept off the store while a recorded policy may still refuse this session."""
+        self.may_refuse = store.holds(POLICY_FILE)
+        self.refused = False
         self.scheduled: dict[str, tuple[str, int]] = {}
         self.reported: set[str] = set()
         self.pending_by_task: dict[str, set[str]] = defaultdict(set)
@@ -117,8 +120,10 @@ class ResultsController:
         self.latest[record.key] = record
         if record.completed and not self.policy_claimed:
             self._claim_policy(record)
-        self.store.append(record)
-        self.history.append(record)
+        if self.policy_claimed or not self.may_refuse:
+            self._store(record)
+        else:  # until an episode shows this is the run's policy, the run's files stay as they are
+            self.held.append(record)
         if final:
             self._settle(nodeid)
 
@@ -134,8 +139,14 @@ class ResultsController:
             self.store.claim(identity, POLICY_FILE)
         except SpecError as exc:
             self.store.close()
+            self.refused = True
             pytest.exit(f"refusing to mix episodes into this run: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
         self.policy_claimed = True
+
+    def _store(self, record: EpisodeRecord) -> None:
+        held, self.held = self.held, []
+        for earlier in [*held, record]:
+            self.store.append(earlier)
 
     def _settle(self, nodeid: str) -> None:
         self.reported.add(nodeid)
@@ -184,14 +195,19 @@ class ResultsController:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.progress.stop()
+        if self.refused:  # a session refused by the run leaves every file of the run as it found it
+            return
         self.interrupted = self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         if not self.interrupted:
             for nodeid in sorted(set(self.scheduled) - self.reported):
                 self._accept(
                     nodeid, self._error(nodeid, "scheduled but no result arrived from any worker", "lost"), final=True
                 )
+        for record in self.held:  # no episode completed to claim the policy; its errors still count
+            self._store(record)
         self.write()
         self.store.close()
+        assert self.written is not None
         body, per_task = self.written
         if self.run.baseline is not None:
             from pytest_vlaeval.gate import EXIT_GATE_FAILED, compare
@@ -214,9 +230,13 @@ class ResultsController:
                 f.write(markdown + "\n")
 
     def write(self) -> None:
-        """Materialise the canonical files from every record of the run (all sessions)."""
-        body, per_task = summary(self.run.selection, self.history, interrupted=self.interrupted)
-        write_canonical(self.run.run_dir, body, per_task)
+        """Materialise the canonical files from what the store holds on disk now (every session's
+        log, including concurrent sessions on the same run), under the run's lock, so the last
+        writer never overwrites newer files with an older view."""
+        with self.store.locked():
+            body, per_task = summary(self.run.selection, self.store.history() + self.held, interrupted=self.interrupted)
+            if not self.held:
+                write_canonical(self.run.run_dir, body, per_task)
         self.written = body, per_task
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:

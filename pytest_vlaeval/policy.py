@@ -141,6 +141,9 @@ def as_action_chunk(output: Any, action_dim: int, chunk_size: int) -> np.ndarray
     """
     if hasattr(output, "detach"):  # torch.Tensor, without importing torch
         output = output.detach().cpu().numpy()
+    dtype = getattr(output, "dtype", None)
+    if isinstance(dtype, np.dtype) and dtype.kind not in _REAL_KINDS:  # float32 would drop an imaginary part
+        raise PolicyError(f"policy returned actions of dtype {dtype}; expected real numbers (bool, int or float)")
     try:
         array = np.array(output, dtype=np.float32)  # always a copy: never alias the policy's buffer
     except (TypeError, ValueError) as exc:
@@ -163,6 +166,9 @@ def as_action_chunk(output: Any, action_dim: int, chunk_size: int) -> np.ndarray
         bad = "NaN" if np.isnan(array).any() else "inf"
         raise PolicyError(f"policy returned {bad} in an action chunk of shape {shape}; expected finite values")
     return array
+
+
+_REAL_KINDS = "biuf"
 
 
 def _json_safe(value: Any) -> Any:

@@ -52,10 +52,10 @@ class EpisodeRunner:
         started = time.perf_counter()
         fields: dict[str, Any] = {}
         try:
-            policy = self.policy()
-            fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec))
             # Under xdist a stuck worker can be replaced, so the watchdog may end the process.
             with deadline(self.timeout, f"{task.env_id} seed {seed}", hard=self.worker != "main"):
+                policy = self.policy()  # built under the limit too: a factory may hang
+                fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec))
                 builds = self.env_builds
                 env = self.env_for(task)
                 fields["env_built"] = self.env_builds > builds

@@ -5,8 +5,10 @@ Bad input stops here with one line (pytest's usage error), before any episode ru
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -108,6 +110,7 @@ def _start_controller(
     from pytest_vlaeval.store import fingerprint
 
     try:
+        store.check_writable()
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(config, run.selection)
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
@@ -147,6 +150,7 @@ def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
 def _run_context(config: pytest.Config) -> RunContext:
     from pytest_vlaeval.store import run_dir_name
 
+    _check_numeric_options(config)
     benchmark, split = resolve_benchmark(config.getoption("benchmark"))
     tasks = config.getoption("vla_tasks")
     selection = select(
@@ -177,8 +181,6 @@ def _run_context(config: pytest.Config) -> RunContext:
     shard_arg = config.getoption("vla_shard")
     baseline = config.getoption("vla_baseline")
     retries = config.getoption("vla_retries")
-    if retries < 0:
-        raise SpecError(f"--vla-retries must be >= 0, got {retries}")
     run = RunContext(
         selection,
         policy_spec,
@@ -194,6 +196,31 @@ def _run_context(config: pytest.Config) -> RunContext:
         video=config.getoption("vla_video"),
     )
     return run
+
+
+def _check_range(
+    name: str, value: float | None, low: float | None = None, high: float | None = None, *, open_ends: str = ""
+) -> None:
+    """Refuse ``value`` outside [low, high] (``open_ends`` "low"/"high"/"both" excludes that bound); None passes."""
+    if value is None:
+        return
+    below = low is not None and (value <= low if open_ends in ("low", "both") else value < low)
+    above = high is not None and (value >= high if open_ends in ("high", "both") else value > high)
+    if below or above or math.isnan(value):
+        left = "(" if open_ends in ("low", "both") else "["
+        right = ")" if open_ends in ("high", "both") else "]"
+        bounds = f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
+        raise SpecError(f"{name} must be in {bounds}, got {value:g}")
+
+
+def _check_numeric_options(config: pytest.Config) -> None:
+    """Every numeric option, checked before anything runs: one table, one line per bad value."""
+    _check_range("--vla-timeout", config.getoption("vla_timeout"), 0, None, open_ends="low")
+    _check_range("--vla-retries", config.getoption("vla_retries"), 0)
+    _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
+    _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
+    _check_range("--episodes", config.getoption("episodes"), 1)
+    _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
 
 
 def _check_policy_spec(spec: str) -> None:
@@ -216,6 +243,35 @@ def _check_policy_spec(spec: str) -> None:
         raise SpecError(
             f"--policy {spec!r}: module {module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
         )
+    names = _top_level_names(found.origin)
+    if names is not None and attr not in names:
+        raise SpecError(f"--policy {spec!r}: module {module!r} ({found.origin}) defines no {attr!r}")
+
+
+def _top_level_names(origin: str | None) -> set[str] | None:
+    """The names a Python source file binds at module level, read without running it; None when
+    that cannot be known statically (not a source file, a star import, a module ``__getattr__``)."""
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(origin).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None  # importing it will say what is wrong, in the episode's error
+    names: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue  # their bodies bind names in their own scope
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return None
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return None if "__getattr__" in names else names
 
 
 def _register_markers(config: pytest.Config, selection: Selection) -> None:

@@ -9,12 +9,15 @@ writers never interleave and a crash loses no finished episode.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
 import socket
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +30,7 @@ from pytest_vlaeval.spec import Selection
 FINGERPRINT_FILE = "fingerprint.json"
 POLICY_FILE = "policy.json"
 EPISODES_DIR = "episodes"
+LOCK_FILE = ".lock"
 VERSIONED_PACKAGES = ("pytest-vlaeval", "mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium")
 
 
@@ -80,6 +84,9 @@ class RunStore:
             return
         write_json_atomic(path, expected)
 
+    def holds(self, name: str) -> bool:
+        return (self.run_dir / name).is_file()
+
     def fingerprint(self) -> dict[str, Any]:
         return json.loads((self.run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
 
@@ -95,14 +102,51 @@ class RunStore:
         os.fsync(self._log.fileno())
 
     def history(self) -> list[EpisodeRecord]:
-        """Every record of the run, oldest first."""
+        """Every record of the run, oldest first.
+
+        A torn last line (a crash mid-write) is not a record and is passed over. A damaged
+        complete line is refused, naming the file and line: guessing would silently drop or
+        invent an episode, and removing the line (the episode then counts as never run) is a
+        decision for the user.
+        """
         records = []
         for path in self.logs():
-            with path.open(encoding="utf-8") as f:
-                for line in f:
-                    if line.endswith("\n"):  # a torn last line from a crash is not a record
+            with path.open(encoding="utf-8", errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    if not line.endswith("\n"):
+                        continue
+                    try:
                         records.append(EpisodeRecord.from_dict(json.loads(line)))
+                    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                        raise SpecError(
+                            f"{path} line {number} is not an episode record ({type(exc).__name__}: {exc}); "
+                            f"inspect it, then remove it with: sed -i '{number}d' '{path}' "
+                            f"(its episode then counts as never run; --vla-resume runs it again)"
+                        ) from None
         return sorted(records, key=lambda r: r.time)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Serialise writers of the run's canonical files across processes (sessions, shards, hosts
+        sharing a POSIX file system)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with (self.run_dir / LOCK_FILE).open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def check_writable(self) -> None:
+        """Fail before any episode runs when the run directory cannot take files."""
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.run_dir):
+                pass
+        except OSError as exc:
+            raise SpecError(
+                f"cannot write results to {self.run_dir}: {exc.strerror or exc}; choose a writable --vla-results"
+            ) from None
 
     def logs(self) -> list[Path]:
         return sorted((self.run_dir / EPISODES_DIR).glob("*.jsonl"))
@@ -125,11 +169,18 @@ def _version(name: str) -> str | None:
         return None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, payload: Any) -> None:
     """Write via a temp file and rename, so a reader or a crash never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; results are shared like any file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(payload, f, indent=2)
             f.write("\n")

@@ -34,6 +34,7 @@ from websockets.sync.client import ClientConnection, connect
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.serving import protocol
+from pytest_vlaeval.serving import server as server_module
 from pytest_vlaeval.serving.client import RemotePolicy, RemoteTraceback, connect_policy
 from pytest_vlaeval.serving.engine import episode_rng
 from pytest_vlaeval.serving.launcher import ServerProcess, ServerStartError
@@ -493,6 +494,45 @@ def test_opens_beyond_max_episodes_wait_for_a_free_slot(start_server) -> None:
         first.close()
         waiting.result(WAIT_S)
     assert third.act(marker_obs(3)).shape == (1, 7)
+    assert server.stats()["open_episodes"] == 2
+
+
+def test_every_bad_request_gets_a_reply_and_every_slot_comes_back(
+    start_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server("random", max_episodes=2, admission_timeout_s=0.5)
+    info = episode(1).to_dict()
+    bad_opens = [
+        ({"seed": -1}, "'open' needs 'seed' as an int in [0, 2**64), got -1"),
+        ({"max_steps": 0}, "'open' needs 'max_steps' as an int >= 1, got 0"),
+        ({"episode_index": -2}, "'open' needs 'episode_index' as an int >= 0, got -2"),
+        ({"episode": ""}, "'open' needs 'episode' as a non-empty id of at most 128 characters"),
+        ({"task": ""}, "'open' needs 'task' as a non-empty name"),
+    ]
+    with raw(server.url) as ws:
+        for _ in range(3):  # more bad opens than there are slots
+            for fields, reason in bad_opens:
+                reply = ask(ws, {"type": "open", "episode": "bad", **info, **fields})
+                assert reply["code"] == protocol.BAD_REQUEST and reason in reply["message"], reply
+        assert ask(ws, {"type": "open", "episode": "e", **info})["type"] == "opened"
+        for obs, reason in [
+            ({}, None),
+            ({b"x": np.zeros(2)}, "'act' needs 'obs' as a map of names to arrays, strings or numbers"),
+            ({"x": [1, 2]}, "'act' needs 'obs' as a map of names to arrays, strings or numbers"),
+        ]:
+            step = -1 if reason is None else 0
+            reply = ask(ws, {"type": "act", "episode": "e", "step": step, "obs": obs})
+            assert (reason or "'act' needs 'step' as an int >= 0, got -1") in reply["message"], reply
+        assert ask(ws, {"type": "close", "episode": "e"})["type"] == "closed"
+        monkeypatch.setattr(server_module, "episode_rng", lambda info: 1 / 0)  # a fault past admission
+        for _ in range(3):
+            reply = ask(ws, {"type": "open", "episode": "doomed", **info})
+            assert (reply["code"], reply["episode"]) == (protocol.SERVER, "doomed")
+            assert "ZeroDivisionError" in reply["message"]
+        monkeypatch.undo()
+    holders = [client(server.url) for _ in range(2)]
+    for seed, holder in enumerate(holders):
+        holder.reset(episode(seed))  # both slots are free again
     assert server.stats()["open_episodes"] == 2
 
 

@@ -88,6 +88,9 @@ class Link:
                 reason = f"HTTP {status}" + (" (the policy is still loading)" if status == 503 else "")
             except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+            pid = self.remote.server_pid
+            if pid is not None and not _running(pid):
+                raise ServerError(f"the policy server at {url} (process {pid}) is no longer running: {reason}")
             if time.monotonic() + pause > deadline:
                 raise ServerError(
                     f"cannot reach the policy server at {url} (kept trying for {self.remote.connect_timeout_s:g} s): {reason}"
@@ -113,6 +116,16 @@ class Link:
         ws, self._ws = self._ws, None
         if ws is not None:
             ws.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
 
 
 class _RemoteBase:
@@ -146,7 +159,7 @@ class RemotePolicy(_RemoteBase):
         self.chunk_size = self.metadata["chunk_size"]
         model = self.metadata.get("model") or {}
         self.name = str(model.get("name", remote.url))
-        self.config = {**(model.get("config") or {}), "server": remote.url}
+        self.config = model.get("config") or {}  # where it is served is no part of the policy's identity
 
     def reset(self, episode: EpisodeInfo) -> None:
         self._close_episode()
@@ -246,7 +259,7 @@ class OpenpiPolicy(_RemoteBase):
         self.chunk_size = chunk_size
         model = self.metadata.get("model")
         self.name = str(model.get("name")) if isinstance(model, dict) and "name" in model else "openpi"
-        self.config = {"server": remote.url, "protocol": "openpi", "chunk_size": chunk_size}
+        self.config = {"protocol": "openpi", "chunk_size": chunk_size}
 
     def reset(self, episode: EpisodeInfo) -> None:
         if not self.link.connected:

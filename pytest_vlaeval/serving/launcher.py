@@ -13,6 +13,7 @@ import secrets
 import selectors
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV
+from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV, served_url
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -57,6 +58,8 @@ class ServerProcess:
                 stderr=log,
                 env=self.env,
             )
+        # Reaps the child the moment it exits, so clients checking its pid see it gone.
+        threading.Thread(target=self.proc.wait, name="vlaeval-server-reaper", daemon=True).start()
         self.url = self._read_address(deadline)
         while True:
             try:
@@ -110,8 +113,11 @@ class ServerProcess:
             raise self._failure(f"the server exited with status {self.proc.returncode}")
         return line
 
+    def log_tail(self, count: int) -> list[str]:
+        return self.log_path.read_text(errors="replace").strip().splitlines()[-count:] if self.log_path.exists() else []
+
     def _failure(self, what: str) -> ServerStartError:
-        lines = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path.exists() else []
+        lines = self.log_tail(200)
         errors = [line for line in lines if " ERROR " in line] or lines
         return ServerStartError(f"{what}: {errors[-1] if errors else 'no log output'} (log: {self.log_path})")
 
@@ -134,19 +140,44 @@ def serve_session(config: pytest.Config, spec: str, log_path: Path) -> str:
 
     config.add_cleanup(stop)
     try:
-        url = server.start()
+        server.start()
     except ServerStartError as exc:
         raise pytest.UsageError(f"--vla-serve {spec}: {exc}") from None
-    config.pluginmanager.register(_TellWorkers(url), "vlaeval-served-url")
-    return url
+    assert server.proc is not None
+    session_server = _SessionServer(served_url(server.url, server.proc.pid), server, config)
+    config.pluginmanager.register(session_server, "vlaeval-served-url")
+    return session_server.url
 
 
-class _TellWorkers:
-    """Hands the server's address to each xdist worker as it starts."""
+class _SessionServer:
+    """Hands the server's address to each xdist worker as it starts, and says once, as soon as a
+    result shows it, that the server died (its episodes then fail fast: see ``server_pid``)."""
 
-    def __init__(self, url: str) -> None:
+    LOG_TAIL = 5
+
+    def __init__(self, url: str, server: ServerProcess, config: pytest.Config) -> None:
         self.url = url
+        self.server = server
+        self.config = config
+        self.announced = False
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[SERVED_URL_KEY] = self.url
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        proc = self.server.proc
+        if self.announced or proc is None or proc.poll() is None:
+            return
+        self.announced = True
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [
+            f"vlaeval: the policy server (process {proc.pid}) exited with status {proc.returncode} during the "
+            f"session; its remaining episodes fail as errors. Last lines of {self.server.log_path}:",
+            *(f"    {line}" for line in self.server.log_tail(self.LOG_TAIL) or ["(empty)"]),
+        ]
+        for line in lines:
+            if reporter is not None:
+                reporter.write_line(line, red=True)
+            else:
+                sys.stderr.write(line + "\n")

@@ -36,8 +36,9 @@ Rules:
   ``admission`` after ``admission_timeout_s``. An episode with no request for
   ``idle_timeout_s`` is closed by the server; later requests for it get ``unknown_episode``.
 - Error codes: ``bad_request`` (not msgpack, not a map, unknown type, missing or ill-typed
-  field, step going back, duplicate id), ``unknown_episode``, ``busy``, ``admission``,
-  ``policy`` (the policy raised or returned an invalid chunk; ``detail`` holds its traceback).
+  field, a value out of range such as a negative seed or step, step going back, duplicate id), ``unknown_episode``, ``busy``, ``admission``,
+  ``policy`` (the policy raised or returned an invalid chunk; ``detail`` holds its traceback),
+  ``server`` (the server itself failed on the request; its log holds the traceback).
   After an error reply the connection stays usable.
 - A frame larger than ``max_message_bytes`` closes its connection with close code 1009.
 
@@ -54,6 +55,7 @@ that mode is stateless: every request is served as a fresh one-step episode.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -67,6 +69,7 @@ UNKNOWN_EPISODE = "unknown_episode"
 BUSY = "busy"
 ADMISSION = "admission"
 POLICY = "policy"
+SERVER = "server"
 
 _ARRAY_KINDS = "biuf"
 
@@ -82,6 +85,23 @@ REPLY_FIELDS: dict[str, dict[str, type]] = {
     "closed": {"episode": str},
     "error": {"code": str, "message": str},
 }
+
+
+FIELD_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "episode": (lambda v: 0 < len(v) <= 128, "a non-empty id of at most 128 characters"),
+    "task": (lambda v: 0 < len(v) <= 256, "a non-empty name of at most 256 characters"),
+    "seed": (lambda v: 0 <= v < 2**64, "an int in [0, 2**64)"),
+    "episode_index": (lambda v: v >= 0, "an int >= 0"),
+    "max_steps": (lambda v: v >= 1, "an int >= 1"),
+    "step": (lambda v: v >= 0, "an int >= 0"),
+    "obs": (
+        lambda v: all(isinstance(k, str) and isinstance(x, _OBS_VALUES) for k, x in v.items()),
+        "a map of names to arrays, strings or numbers",
+    ),
+}
+"""What a well-typed field must also satisfy, checked at the boundary so no handler meets a value it
+cannot use (a negative seed, for one, has no episode RNG)."""
+_OBS_VALUES = (np.ndarray, np.generic, str, int, float, bool)
 
 
 class ProtocolError(Exception):
@@ -121,6 +141,10 @@ def parse(frame: bytes | str, fields: dict[str, dict[str, type]]) -> tuple[str, 
             raise ProtocolError(
                 f"{kind!r} needs {name!r} as {expected.__name__}, got {type(value).__name__ if name in message else 'nothing'}"
             )
+        valid, meaning = FIELD_VALUES.get(name, (None, ""))
+        if valid is not None and not valid(value):
+            shown = repr(value) if not isinstance(value, dict) else f"a map with keys {sorted(map(str, value))[:8]}"
+            raise ProtocolError(f"{kind!r} needs {name!r} as {meaning}, got {shown[:200]}")
     return kind, message
 
 

@@ -261,16 +261,20 @@ class PolicyServer:
             await connection.send(protocol.error(protocol.BAD_REQUEST, str(exc)))
         except _Refused as exc:
             await connection.send(protocol.error(exc.code, str(exc), episode_id))
+        except Exception as exc:  # every request gets a reply, even one that meets a server bug
+            await connection.send(_server_error(exc, episode_id))
 
     async def _open(self, connection: _Connection, message: dict[str, Any]) -> None:
         episode_id = message["episode"]
-        info = EpisodeInfo(**{name: message[name] for name in protocol.REQUEST_FIELDS["open"] if name != "episode"})
         try:
+            info = EpisodeInfo(**{name: message[name] for name in protocol.REQUEST_FIELDS["open"] if name != "episode"})
             await self._admit(connection, episode_id, info)
         except _Refused as exc:
             await connection.send(protocol.error(exc.code, str(exc), episode_id))
         except PolicyError as exc:
             await connection.send(_policy_error(exc, episode_id))
+        except Exception as exc:
+            await connection.send(_server_error(exc, episode_id))
         else:
             await connection.send(protocol.pack({"type": "opened", "episode": episode_id}))
 
@@ -334,17 +338,20 @@ class PolicyServer:
                 f"no free episode slot within {self.config.admission_timeout_s:g} s: {len(self._episodes)} episodes "
                 f"are open (max-episodes {self.config.max_episodes})",
             )
-        if episode_id in self._episodes:
+        try:  # the slot is ours: until the episode is registered (then _close frees it), give it back on any exit
+            if episode_id in self._episodes:
+                raise _Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
+            loop = asyncio.get_running_loop()
+            entry = _OpenEpisode(ServedEpisode(episode_id, info, episode_rng(info)), connection, loop.time())
+        except BaseException:
             self._slots.release()
-            raise _Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
-        loop = asyncio.get_running_loop()
-        entry = _OpenEpisode(ServedEpisode(episode_id, info, episode_rng(info)), connection, loop.time())
+            raise
         self._episodes[episode_id] = entry
         connection.episodes[episode_id] = entry
         assert self.engine is not None
         try:
             await self._in_policy_thread(self.engine.open, entry.episode)
-        except PolicyError:
+        except BaseException:
             self._close(entry, None)
             raise
         return entry
@@ -425,6 +432,11 @@ class PolicyServer:
 def _remote_traceback(exc: BaseException) -> str | None:
     cause = exc.__cause__
     return "".join(traceback.format_exception(cause)) if cause is not None else None
+
+
+def _server_error(exc: Exception, episode_id: str | None) -> bytes:
+    log.error("failed to serve a request for episode %s", episode_id, exc_info=exc)
+    return protocol.error(protocol.SERVER, f"the server failed: {type(exc).__name__}: {exc}", episode_id)
 
 
 def _policy_error(exc: PolicyError, episode_id: str) -> bytes:

@@ -2,8 +2,9 @@
 
 Kept free of network imports so the session can check a spec before any worker starts.
 Options ride in the query string: ``timeout`` (seconds to wait for a reply, default 120),
-``connect_timeout`` (seconds to keep retrying a connection, default 60) and, for openpi,
-``chunk_size`` (actions executed per inference). The token, if the server wants one, comes from
+``connect_timeout`` (seconds to keep retrying a connection, default 60), ``server_pid`` (the
+server's process on this host, which ``--vla-serve`` adds so that a dead server fails fast) and,
+for openpi, ``chunk_size`` (actions executed per inference). The token, if the server wants one, comes from
 the ``VLAEVAL_SERVE_TOKEN`` environment variable, so it never lands in run names or logs.
 """
 
@@ -18,7 +19,11 @@ TOKEN_ENV = "VLAEVAL_SERVE_TOKEN"
 SERVED_URL_KEY = "vla_served_url"
 """xdist ``workerinput`` key: the address of the session's own server (``--vla-serve``)."""
 SCHEMES = ("ws", "openpi")
-_OPTIONS = {"ws": ("timeout", "connect_timeout"), "openpi": ("timeout", "connect_timeout", "chunk_size")}
+_OPTIONS = {
+    "ws": ("timeout", "connect_timeout", "server_pid"),
+    "openpi": ("timeout", "connect_timeout", "chunk_size"),
+}
+_INTEGER_OPTIONS = ("chunk_size", "server_pid")
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class RemoteSpec:
     timeout_s: float = 120.0
     connect_timeout_s: float = 60.0
     chunk_size: int | None = None
+    server_pid: int | None = None
+    """The server's process on this host (set by ``--vla-serve``): once it is gone, connecting fails at once."""
 
     @property
     def url(self) -> str:
@@ -59,9 +66,10 @@ def parse_remote_spec(spec: str) -> RemoteSpec:
             options[name] = float(text)
         except ValueError:
             options[name] = -1.0
-        if options[name] <= 0 or (name == "chunk_size" and not options[name].is_integer()):
+        if options[name] <= 0 or (name in _INTEGER_OPTIONS and not options[name].is_integer()):
             raise SpecError(f"{usage}; option {name} must be a positive number, got {text!r}")
     chunk_size = options.pop("chunk_size", None)
+    server_pid = options.pop("server_pid", None)
     return RemoteSpec(
         scheme=parts.scheme,
         host=parts.hostname,
@@ -69,4 +77,10 @@ def parse_remote_spec(spec: str) -> RemoteSpec:
         timeout_s=options.get("timeout", RemoteSpec.timeout_s),
         connect_timeout_s=options.get("connect_timeout", RemoteSpec.connect_timeout_s),
         chunk_size=int(chunk_size) if chunk_size is not None else None,
+        server_pid=int(server_pid) if server_pid is not None else None,
     )
+
+
+def served_url(url: str, pid: int) -> str:
+    """The address a session hands its workers for its own server, which runs as process ``pid``."""
+    return f"{url}?server_pid={pid}"
