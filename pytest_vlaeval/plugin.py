@@ -65,8 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vla-timeout",
         type=float,
         metavar="SECONDS",
-        help="per-episode limit (env build + episode): past it the episode is an error and, under xdist, "
-        "a worker stuck in native code is replaced",
+        help="per-episode limit (policy construction + env build + episode): past it the episode is an error "
+        "and, under xdist, a worker stuck in native code is replaced; a serial run cannot be rescued from a "
+        "hang in native code (it says so on stderr): use -n 1 or more where that can happen",
     )
     group.addoption(
         "--vla-video",
