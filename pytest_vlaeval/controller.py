@@ -121,7 +121,8 @@ class ResultsController:
         if record.completed and not self.policy_claimed:
             self._claim_policy(record)
         if self.policy_claimed or not self.may_refuse:
-            self._store(record)
+            self._store_held()
+            self.store.append(record)
         else:  # until an episode shows this is the run's policy, the run's files stay as they are
             self.held.append(record)
         if final:
@@ -143,10 +144,10 @@ class ResultsController:
             pytest.exit(f"refusing to mix episodes into this run: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
         self.policy_claimed = True
 
-    def _store(self, record: EpisodeRecord) -> None:
+    def _store_held(self) -> None:
         held, self.held = self.held, []
-        for earlier in [*held, record]:
-            self.store.append(earlier)
+        for record in held:
+            self.store.append(record)
 
     def _settle(self, nodeid: str) -> None:
         self.reported.add(nodeid)
@@ -203,8 +204,7 @@ class ResultsController:
                 self._accept(
                     nodeid, self._error(nodeid, "scheduled but no result arrived from any worker", "lost"), final=True
                 )
-        for record in self.held:  # no episode completed to claim the policy; its errors still count
-            self._store(record)
+        self._store_held()  # no episode completed to claim the policy; its errors still count
         self.write()
         self.store.close()
         assert self.written is not None

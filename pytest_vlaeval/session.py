@@ -201,25 +201,26 @@ def _run_context(config: pytest.Config) -> RunContext:
 def _check_range(
     name: str, value: float | None, low: float | None = None, high: float | None = None, *, open_ends: str = ""
 ) -> None:
-    """Refuse ``value`` outside [low, high] (``open_ends`` "low"/"high"/"both" excludes that bound); None passes."""
+    """Refuse ``value`` outside [low, high] (``open_ends`` "low"/"high"/"both" excludes that bound; a
+    missing bound is unbounded) or not finite; None (option not given) passes."""
     if value is None:
         return
     below = low is not None and (value <= low if open_ends in ("low", "both") else value < low)
     above = high is not None and (value >= high if open_ends in ("high", "both") else value > high)
-    if below or above or math.isnan(value):
-        left = "(" if open_ends in ("low", "both") else "["
-        right = ")" if open_ends in ("high", "both") else "]"
+    if below or above or not math.isfinite(value):
+        left = "(" if open_ends in ("low", "both") or low is None else "["
+        right = ")" if open_ends in ("high", "both") or high is None else "]"
         bounds = f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
         raise SpecError(f"{name} must be in {bounds}, got {value:g}")
 
 
 def _check_numeric_options(config: pytest.Config) -> None:
-    """Every numeric option, checked before anything runs: one table, one line per bad value."""
+    """Every numeric option, checked before anything runs: one table, one line per bad value
+    (``--episodes`` is checked where the selection is made, ``--vla-shard`` where it is parsed)."""
     _check_range("--vla-timeout", config.getoption("vla_timeout"), 0, None, open_ends="low")
     _check_range("--vla-retries", config.getoption("vla_retries"), 0)
     _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
     _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
-    _check_range("--episodes", config.getoption("episodes"), 1)
     _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
 
 

@@ -171,7 +171,6 @@ class NoAct:
         ("Empty", "policy returned an empty chunk (0, 7)"),
         ("Overlong", "policy returned 8 actions (8, 7) but declares chunk_size=1"),
         ("NoAct", "policy 'policies:NoAct' (NoAct) lacks act"),
-        ("Missing", "--policy 'policies:Missing': module 'policies' has no attribute 'Missing'"),
     ],
 )
 def test_bad_policy_output_is_an_error_naming_the_problem(fake: pytest.Pytester, policy: str, message: str) -> None:

@@ -65,14 +65,17 @@ class Configured:
     chunk_size = 1
     config = {"weights": os.environ.get("WEIGHTS")}
     def reset(self, episode):
-        pass
+        self.seed = episode.seed
     def act(self, obs):
+        if str(self.seed) == os.environ.get("FAIL_SEED"):
+            raise RuntimeError("fails this seed")
         return np.zeros(7)
 """
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_a_refused_session_leaves_every_file_of_the_run_as_it_was(
-    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
 ) -> None:
     fake.makepyfile(policies=CONFIGURED)
     args = [*SHORT, "--policy=policies:Configured", "--vla-tasks=Alpha-v0,Beta-v0"]
@@ -80,10 +83,25 @@ def test_a_refused_session_leaves_every_file_of_the_run_as_it_was(
     assert fake.runpytest_subprocess(*args).ret == pytest.ExitCode.TESTS_FAILED
     before = snapshot(run_dir(fake))
     monkeypatch.setenv("WEIGHTS", "b")
-    refused = fake.runpytest_subprocess(*args, "-n", "2")
+    monkeypatch.setenv("FAIL_SEED", "100")  # an error before the first completed episode shows the difference
+    refused = fake.runpytest_subprocess(*args, *workers)
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stdout.fnmatch_lines(["*refusing to mix episodes into this run*weights*"])
     assert snapshot(run_dir(fake)) == before
+
+
+def test_errors_of_a_session_that_never_shows_its_policy_are_still_stored(
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.makepyfile(policies=CONFIGURED)
+    args = [*SHORT, "--policy=policies:Configured", "--vla-tasks=Alpha-v0,Beta-v0"]
+    fake.runpytest_subprocess(*args)
+    monkeypatch.setenv("FAIL_SEED", "100")
+    result = fake.runpytest_subprocess(*args, "--vla-rerun=failures", "-k", "100")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    records = episode_records(run_dir(fake))
+    assert [records[(task, 100)]["outcome"] for task in ("Alpha-v0", "Beta-v0")] == ["error", "error"]
+    assert read_json(run_dir(fake) / "summary.json")["n_errors"] == 2
 
 
 BARRIER = """
@@ -135,15 +153,16 @@ def test_concurrent_shards_into_one_run_leave_a_summary_of_everything_stored(fak
 @pytest.mark.parametrize(
     ("option", "expected"),
     [
-        ("--vla-timeout=-5", "--vla-timeout must be in (0, inf], got -5"),
-        ("--vla-timeout=0", "--vla-timeout must be in (0, inf], got 0"),
-        ("--vla-timeout=nan", "--vla-timeout must be in (0, inf], got nan"),
-        ("--vla-retries=-1", "--vla-retries must be in [0, inf], got -1"),
+        ("--vla-timeout=-5", "--vla-timeout must be in (0, inf), got -5"),
+        ("--vla-timeout=0", "--vla-timeout must be in (0, inf), got 0"),
+        ("--vla-timeout=nan", "--vla-timeout must be in (0, inf), got nan"),
+        ("--vla-timeout=inf", "--vla-timeout must be in (0, inf), got inf"),
+        ("--vla-retries=-1", "--vla-retries must be in [0, inf), got -1"),
         ("--vla-max-drop=1.5", "--vla-max-drop must be in [0, 1], got 1.5"),
         ("--vla-gate-alpha=1", "--vla-gate-alpha must be in (0, 1), got 1"),
         ("--vla-gate-alpha=0", "--vla-gate-alpha must be in (0, 1), got 0"),
-        ("--episodes=0", "--episodes must be in [1, inf], got 0"),
-        ("--vla-start-seed=-1", "--vla-start-seed must be in [0, inf], got -1"),
+        ("--episodes=0", "--episodes must be at least 1, got 0"),
+        ("--vla-start-seed=-1", "--vla-start-seed must be in [0, inf), got -1"),
         ("--vla-shard=3/2", "--vla-shard '3/2': expected I/N with 1 <= I <= N"),
     ],
 )
