@@ -295,3 +295,22 @@ def test_a_dead_policy_server_is_announced_once_and_fails_the_rest_fast(fake: py
     assert [records[("Alpha-v0", 100)]["outcome"], records[("Alpha-v0", 101)]["outcome"]] == ["failure", "error"]
     rest = [records[key] for key in records if key[1] == 102 or key[0] == "Beta-v0"]
     assert len(rest) == 4 and all("is no longer running" in r["message"] for r in rest), rest
+
+
+@pytest.mark.mikasa
+def test_a_served_run_of_real_episodes_under_a_timeout_can_be_run_again(tmp_path: Path) -> None:
+    """Real MIKASA episodes through ``--vla-serve`` with the per-episode deadline armed: a second
+    session on a fresh port joins the same run, and the deadline does not touch episodes within it."""
+    args = [
+        sys.executable, "-m", "pytest", "--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=2",
+        "--vla-serve=random", "--vla-timeout=300", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+    ]  # fmt: skip
+    for attempt in (1, 2):
+        proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert proc.returncode in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), proc.stdout + proc.stderr
+        (directory,) = (tmp_path / "results").iterdir()
+        records = episode_records(directory)
+        assert {r["attempt"] for r in records.values()} == {attempt}
+        assert {r["outcome"] for r in records.values()} <= {"success", "failure"}, records
+    assert read_json(directory / "summary.json")["n_completed"] == 2
+    assert "ws://" not in (directory / "policy.json").read_text()
