@@ -67,8 +67,9 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
         start_seed=reference["start_seed"],
         episodes=reference["episodes"],
     )
-    body, per_task = summary(selection, RunStore(out).history(), interrupted=False)
-    write_canonical(out, body, per_task)
+    with store.locked():  # a session may be writing the same directory's canonical files
+        body, per_task = summary(selection, store.history(), interrupted=False)
+        write_canonical(out, body, per_task)
     write_chart(body, per_task, out / CHART_FILE)
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]
