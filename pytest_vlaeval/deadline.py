@@ -15,6 +15,7 @@ Two stages, because a hang inside native code never returns to Python:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -27,6 +28,10 @@ from pytest_vlaeval.errors import EpisodeTimeout
 
 HARD_FACTOR = 2.0
 HARD_EXIT_CODE = 75
+_session_stderr: int | None = None
+"""The stderr the session started with (a duplicate taken while pytest's capture is suspended): the
+capture that holds an episode's output does not reach it, so a stuck serial run says so while stuck."""
+
 REPEAT_S = 1.0
 """Interval at which the soft stage raises again while the block has not been left."""
 
@@ -59,6 +64,14 @@ def deadline(seconds: float | None, what: str, *, hard: bool) -> Iterator[None]:
         raise EpisodeTimeout(message)
 
 
+def keep_session_stderr() -> None:
+    """Remember the session's own stderr; call at configure time, before any episode runs."""
+    global _session_stderr
+    if _session_stderr is None:
+        with contextlib.suppress(OSError):
+            _session_stderr = os.dup(2)
+
+
 def _watchdog(done: threading.Event, seconds: float, what: str, hard: bool) -> None:
     if done.wait(seconds):
         return
@@ -66,9 +79,9 @@ def _watchdog(done: threading.Event, seconds: float, what: str, hard: bool) -> N
         sys.stderr.write(f"vlaeval: {what} is stuck past {seconds:g}s; ending this worker so xdist replaces it\n")
         sys.stderr.flush()
         os._exit(HARD_EXIT_CODE)
-    sys.stderr.write(
+    message = (
         f"vlaeval: {what} is stuck past {seconds:g}s where --vla-timeout cannot interrupt it (native code, or "
         "code that swallows the timeout); a serial run cannot be rescued: run with -n 1 or more to have a stuck "
         "worker replaced\n"
     )
-    sys.stderr.flush()
+    os.write(2 if _session_stderr is None else _session_stderr, message.encode())

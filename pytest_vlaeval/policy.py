@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pytest_vlaeval.errors import PolicyError, SpecError
+from pytest_vlaeval.errors import EpisodeError, PolicyError, SpecError
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,8 @@ def build_policy(spec: str, action_dim: int) -> Policy:
         raise PolicyError(str(exc)) from None
     try:
         policy = factory(action_dim) if spec in BUILTIN_POLICIES else factory()
+    except EpisodeError:
+        raise  # the episode's deadline (or a server fault) interrupted it: not the factory's own fault
     except Exception as exc:
         raise PolicyError(f"policy factory {spec!r} raised {type(exc).__name__}: {exc}") from exc
     missing = [name for name in ("chunk_size", "reset", "act") if not hasattr(policy, name)]

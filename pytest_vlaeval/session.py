@@ -79,6 +79,9 @@ def start(config: pytest.Config) -> None:
             run = _plan(run, history)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
+    from pytest_vlaeval.deadline import keep_session_stderr
+
+    keep_session_stderr()
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
