@@ -644,6 +644,18 @@ def test_openpi_client_against_our_server(start_server) -> None:
     assert server.stats()["open_episodes"] == 0, "openpi mode is stateless: nothing stays open"
 
 
+def test_openpi_mode_answers_a_malformed_observation_and_keeps_serving(start_server) -> None:
+    server = start_server("random", protocol="openpi")
+    with connect(server.url, compression=None, proxy=None) as ws:
+        ws.recv(WAIT_S)  # metadata
+        for bad in ({b"rgb": np.zeros(2)}, {"rgb": [1, 2]}):
+            ws.send(protocol.pack(bad))
+            reply = ws.recv(WAIT_S)
+            assert reply == "bad request: an observation must be a map of names to arrays, strings or numbers"
+        ws.send(protocol.pack({"prompt": "ok", "proprio": np.zeros((1, 7), np.float32)}))
+        assert protocol.unpack(ws.recv(WAIT_S))["actions"].shape == (1, 7)
+
+
 class MiniOpenpiServer:
     """A minimal openpi-style server: metadata on connect, ``actions`` per observation, text on error."""
 

@@ -301,6 +301,9 @@ class PolicyServer:
         """openpi has no episode boundary: each observation is served as a fresh one-step episode."""
         try:
             obs = protocol.unpack(frame)
+            valid, meaning = protocol.FIELD_VALUES["obs"]
+            if not valid(obs):
+                raise protocol.ProtocolError(f"an observation must be {meaning}")
             prompt = obs.get("prompt", obs.get("instruction", ""))
             info = EpisodeInfo(task="openpi", seed=0, instruction=str(prompt), episode_index=0, max_steps=1)
             entry = await self._admit(connection, uuid.uuid4().hex, info)
@@ -313,6 +316,9 @@ class PolicyServer:
             await connection.send(f"bad request: {exc}")
             return
         except (_Refused, PolicyError) as exc:
+            outcome = exc
+        except Exception as exc:  # every request gets a reply, even one that meets a server bug
+            log.error("failed to serve an openpi request", exc_info=exc)
             outcome = exc
         if isinstance(outcome, Exception):
             await connection.send("\n".join(filter(None, [str(outcome), _remote_traceback(outcome)])))
