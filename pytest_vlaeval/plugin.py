@@ -128,13 +128,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="X",
         help="with --vla-sequential and no baseline: PASS once the split SR is surely >= X, FAIL once surely below",
     )
-    results.addoption(
-        "--vla-block", type=int, default=5, metavar="N", help="seeds per block of the sequential gate [5]"
-    )
+    results.addoption("--vla-block", type=int, metavar="N", help="seeds per block of the sequential gate [5]")
     results.addoption(
         "--vla-undecided-exit",
         type=int,
-        default=7,
         metavar="CODE",
         help="exit status when the sequential gate's budget (--episodes) runs out undecided [7]",
     )

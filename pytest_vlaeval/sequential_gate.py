@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate import VERDICT_PREFIX, load_baseline, outcomes_by_task
 from pytest_vlaeval.record import EpisodeRecord
-from pytest_vlaeval.sequential import FAIL, PASS, UNDECIDED, drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
+from pytest_vlaeval.sequential import PASS, UNDECIDED, drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
 from pytest_vlaeval.stats import Outcomes, paired_seed_sums
 
 if TYPE_CHECKING:
     from pytest_vlaeval.scheduler import SequentialBlocks
+    from pytest_vlaeval.session import RunContext
 
 METHOD = "anytime-valid betting confidence sequence (Waudby-Smith & Ramdas 2024), seeds as the unit"
 
@@ -54,8 +55,8 @@ def settings(
     baseline: str | None,
     min_sr: float | None,
     alpha: float | None,
-    block: int,
-    undecided_exit: int,
+    block: int | None,
+    undecided_exit: int | None,
 ) -> SequentialSettings | None:
     """The sequential gate's settings from its options, or None without ``--vla-sequential``."""
     if not sequential:
@@ -66,6 +67,8 @@ def settings(
         raise SpecError("--vla-sequential needs exactly one of --vla-baseline=DIR or --vla-min-sr=X")
     if min_sr is not None and not 0 <= min_sr <= 1:
         raise SpecError(f"--vla-min-sr must be a success rate in [0, 1], got {min_sr}")
+    block = DEFAULT_BLOCK if block is None else block
+    undecided_exit = DEFAULT_UNDECIDED_EXIT if undecided_exit is None else undecided_exit
     if block < 1:
         raise SpecError(f"--vla-block must be >= 1 seed, got {block}")
     if not 0 <= undecided_exit <= 255:
@@ -101,7 +104,7 @@ class SequentialGate:
     """The command that completes the canonical run after an early stop."""
 
     @classmethod
-    def create(cls, run: Any) -> SequentialGate:
+    def create(cls, run: RunContext) -> SequentialGate:
         """From the run's context; a baseline that cannot pair with this run is a usage error."""
         selection = run.selection
         gate = cls(run.sequential, selection.start_seed, (selection.episodes - 1) // run.sequential.block, run.max_drop)
@@ -188,10 +191,6 @@ class SequentialGate:
     @property
     def passed(self) -> bool:
         return self.outcome == PASS
-
-    @property
-    def failed(self) -> bool:
-        return self.outcome == FAIL
 
     def verdict(self) -> str:
         alpha = self.settings.alpha

@@ -36,6 +36,8 @@ from pytest_vlaeval.stats import mcnemar_exact, sign_flip_exact
 TASKS = (3, 10, 38)
 EPISODES = (10, 50)
 CORRELATIONS = (0.0, 0.3, 0.6)
+CHUNK = 200
+"""Replications per confidence-sequence batch (each holds a grid x seeds array per replication)."""
 
 
 def simulate(rng: np.random.Generator, rates: np.ndarray, drop: float, rho: float, seeds: int, reps: int):
@@ -74,7 +76,9 @@ def sequential_verdicts(base: np.ndarray, now: np.ndarray, max_drop: float, alph
     """Verdict and episodes spent per replication, looking after every complete block."""
     tasks, seeds = base.shape[1], base.shape[2]
     differences = (now.astype(float) - base.astype(float)).mean(axis=1)  # (reps, seeds)
-    _, lower, upper = drop_bounds(differences, alpha)
+    chunks = [drop_bounds(part, alpha) for part in np.array_split(differences, max(1, len(differences) // CHUNK))]
+    lower = np.concatenate([chunk[1] for chunk in chunks])
+    upper = np.concatenate([chunk[2] for chunk in chunks])
     looks = sorted({min(end, seeds) for end in range(block, seeds + block, block)})
     verdicts = np.full(len(base), UNDECIDED, dtype=object)
     spent = np.full(len(base), seeds * tasks)
