@@ -250,11 +250,11 @@ class ResultsController:
     def _gate_exit_status(self, status: int, stopped: bool) -> int:
         """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this
         session errored (an incomplete run never passes), else 0 where the gate judges the run."""
-        from pytest_vlaeval.gate import EXIT_GATE_FAILED
+        from pytest_vlaeval.gate import EXIT_GATE_FAILED, FAIL, UNDECIDED
 
-        if self.gate.outcome == "FAIL":
+        if self.gate.outcome == FAIL:
             return EXIT_GATE_FAILED
-        if self.gate.outcome == "UNDECIDED":
+        if self.gate.outcome == UNDECIDED:
             return self.run.sequential.undecided_exit
         if status not in JUDGED_BY_THE_GATE and not stopped:
             return status

@@ -25,6 +25,9 @@ from pytest_vlaeval.stats import Outcomes, mcnemar_exact, paired_seed_sums, sign
 EXIT_GATE_FAILED = 6
 """Exit status of a session whose success rate regressed past the gate (pytest uses 0-5)."""
 
+PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
+"""A gate's verdicts; UNDECIDED only from the sequential gate, when its budget ran out first."""
+
 VERDICT_PREFIX = "vlaeval gate"
 """Every gate's verdict line starts ``vlaeval gate: PASS|FAIL|UNDECIDED: ``, for CI logs to grep."""
 
@@ -87,19 +90,19 @@ class GateResult:
     @property
     def outcome(self) -> str:
         if self.problem:
-            return "FAIL"
+            return FAIL
         if self.drop <= self.max_drop:
-            return "PASS"
+            return PASS
         significant = self.alpha is None or (self.p_value is not None and self.p_value < self.alpha)
-        return "FAIL" if significant else "PASS"
+        return FAIL if significant else PASS
 
     @property
     def passed(self) -> bool:
-        return self.outcome == "PASS"
+        return self.outcome == PASS
 
     def verdict(self) -> str:
         if self.problem:
-            return f"{VERDICT_PREFIX}: FAIL: {self.problem}"
+            return f"{VERDICT_PREFIX}: {FAIL}: {self.problem}"
         relation = "<=" if self.drop <= self.max_drop else ">"
         line = (
             f"{VERDICT_PREFIX}: {self.outcome}: split SR {self.current_sr:.3f} vs baseline {self.baseline_sr:.3f} over "

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.gate import GateResult
+from pytest_vlaeval.gate import FAIL, UNDECIDED, GateResult
 from pytest_vlaeval.sequential_gate import SequentialGate
 from pytest_vlaeval.session import RunContext
 
@@ -75,7 +75,7 @@ def render_summary(
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
     if gate is not None:
         tr.write_line(
-            gate.verdict(), green=gate.passed, red=gate.outcome == "FAIL", yellow=gate.outcome == "UNDECIDED", bold=True
+            gate.verdict(), green=gate.passed, red=gate.outcome == FAIL, yellow=gate.outcome == UNDECIDED, bold=True
         )
 
 

@@ -28,6 +28,8 @@ import math
 
 import numpy as np
 
+from pytest_vlaeval.gate import FAIL, PASS, UNDECIDED
+
 GRID = np.linspace(0.0, 1.0, 401)
 """Candidate means; bounds are widened by one step so the grid never makes them narrower."""
 
@@ -62,9 +64,6 @@ def betting_bounds(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]
     lower = np.where(any_inside, np.clip(GRID[first] - step, 0.0, 1.0), mean)
     upper = np.where(any_inside, np.clip(GRID[last] + step, 0.0, 1.0), mean)
     return lower, upper
-
-
-PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
 
 
 def drop_verdict(lower: np.ndarray | float, upper: np.ndarray | float, max_drop: float) -> np.ndarray:

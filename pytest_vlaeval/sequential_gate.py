@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.gate import VERDICT_PREFIX, load_baseline, outcomes_by_task
+from pytest_vlaeval.gate import PASS, UNDECIDED, VERDICT_PREFIX, load_baseline, outcomes_by_task
 from pytest_vlaeval.record import EpisodeRecord
-from pytest_vlaeval.sequential import PASS, UNDECIDED, drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
+from pytest_vlaeval.sequential import drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
 from pytest_vlaeval.stats import Outcomes, paired_seed_sums
 
 if TYPE_CHECKING:

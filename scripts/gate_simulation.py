@@ -29,7 +29,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from pytest_vlaeval.sequential import FAIL, PASS, UNDECIDED, drop_bounds, drop_verdict
+from pytest_vlaeval.gate import FAIL, PASS, UNDECIDED
+from pytest_vlaeval.sequential import drop_bounds, drop_verdict
 from pytest_vlaeval.sequential_gate import DEFAULT_BLOCK
 from pytest_vlaeval.stats import mcnemar_exact, sign_flip_exact
 
