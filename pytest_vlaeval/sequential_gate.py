@@ -53,6 +53,7 @@ def settings(
     *,
     sequential: bool,
     baseline: str | None,
+    shard: str | None,
     min_sr: float | None,
     alpha: float | None,
     block: int | None,
@@ -63,6 +64,10 @@ def settings(
         if min_sr is not None:
             raise SpecError("--vla-min-sr is a sequential gate: add --vla-sequential")
         return None
+    if shard:
+        raise SpecError(
+            "--vla-sequential looks at every task's seeds in one session; it does not combine with --vla-shard"
+        )
     if (baseline is None) == (min_sr is None):
         raise SpecError("--vla-sequential needs exactly one of --vla-baseline=DIR or --vla-min-sr=X")
     if min_sr is not None and not 0 <= min_sr <= 1:

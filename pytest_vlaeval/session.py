@@ -211,6 +211,7 @@ def _sequential(config: pytest.Config) -> SequentialSettings | None:
     return settings(
         sequential=config.getoption("vla_sequential"),
         baseline=config.getoption("vla_baseline"),
+        shard=config.getoption("vla_shard"),
         min_sr=config.getoption("vla_min_sr"),
         alpha=config.getoption("vla_gate_alpha"),
         block=config.getoption("vla_block"),

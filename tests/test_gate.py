@@ -187,6 +187,7 @@ def test_min_sr_gate_stops_as_soon_as_the_split_sr_is_known_below(fake: pytest.P
             "--vla-undecided-exit must be an exit status",
         ),
         (["--vla-sequential", "--vla-min-sr=0.5", "-n", "2", "--dist=load"], "--vla-sequential orders seeds in blocks"),
+        (["--vla-sequential", "--vla-min-sr=0.5", "--vla-shard=1/2"], "it does not combine with --vla-shard"),
         (
             ["--vla-sequential", "--vla-baseline=noseeds"],
             "has no per-seed results (episode_seeds) for any selected task",
