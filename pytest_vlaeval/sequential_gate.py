@@ -7,7 +7,9 @@ order serially; the affinity scheduler under xdist), so a look sees complete per
 At each look the anytime-valid confidence sequence of ``sequential`` is evaluated on the
 per-seed paired differences with the baseline (or, with ``--vla-min-sr``, on the per-seed
 means): FAIL or PASS as soon as it excludes the other side of the threshold, UNDECIDED when
-the budget (``--episodes``) runs out first. Episodes the gate did not need are not errors.
+the budget (``--episodes``) runs out first. As in the fixed comparison, a seed where some task
+has no completed episode (an error) leaves the look, so every per-seed value averages the same
+tasks. Episodes the gate did not need are not errors.
 """
 
 from __future__ import annotations
