@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +19,9 @@ from pytest_vlaeval.errors import EpisodeError, EpisodeFailed
 from pytest_vlaeval.record import ERROR, EpisodeRecord
 from pytest_vlaeval.runner import EpisodeRunner
 from pytest_vlaeval.spec import Selection, Task
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.sequential_gate import SequentialSettings
 
 RECORD_ATTR = "vla_records"
 """Attribute of a TestReport that carries the episode's records, one per attempt (JSON-safe dicts)."""
@@ -91,6 +94,8 @@ class Plan:
     retries: int
     note: str | None = None
     """Why the session runs less than the universe (a shard, a rerun), said at session start."""
+    sequential: SequentialSettings | None = None
+    """The sequential gate's blocks: every task's block b runs before any task's block b+1."""
 
 
 class TaskNode(pytest.Collector):
@@ -165,9 +170,17 @@ class BenchmarkCollection:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Benchmark order (task, then seed), whatever a shuffling plugin did before us."""
+        """Benchmark order (task, then seed; block first for the sequential gate), whatever a
+        shuffling plugin did before us."""
         order = {task.env_id: i for i, task in enumerate(self.plan.selection.tasks)}
-        items.sort(key=lambda item: (order[item.task.env_id], item.seed) if isinstance(item, EpisodeItem) else (-1, 0))
+        sequential = self.plan.sequential
+        items.sort(
+            key=lambda item: (
+                (sequential.block_of(item.index) if sequential else 0, order[item.task.env_id], item.seed)
+                if isinstance(item, EpisodeItem)
+                else (-1, -1, 0)
+            )
+        )
 
     def pytest_unconfigure(self) -> None:
         self.plan.runner.close_env()

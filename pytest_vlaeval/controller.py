@@ -14,7 +14,7 @@ import os
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,6 +27,9 @@ from pytest_vlaeval.results import summary, write_canonical
 from pytest_vlaeval.session import WORKER_PLAN, RunContext
 from pytest_vlaeval.store import POLICY_FILE, RunStore, latest
 
+if TYPE_CHECKING:
+    from pytest_vlaeval.sequential_gate import SequentialGate
+
 JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
 """Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session
 that selected nothing (``--vla-rerun=errors`` on a complete run) just re-judges the run."""
@@ -36,7 +39,9 @@ RERUN_OUTCOME = "rerun"
 
 
 class ResultsController:
-    def __init__(self, run: RunContext, store: RunStore, history: list[EpisodeRecord]) -> None:
+    def __init__(
+        self, run: RunContext, store: RunStore, history: list[EpisodeRecord], sequential: SequentialGate | None = None
+    ) -> None:
         self.run = run
         self.store = store
         self.latest = latest(history)
@@ -54,6 +59,8 @@ class ResultsController:
         self.policy_claimed = False
         self.chart: Path | None = None
         self.progress = Progress(None, {}, live=False)  # replaced at session start
+        self.sequential = sequential
+        self.session: pytest.Session | None = None
 
     # -- what was scheduled --------------------------------------------------------------
 
@@ -71,6 +78,8 @@ class ResultsController:
                 self.scheduled[nodeid] = key
                 self.pending_by_task[key[0]].add(nodeid)
                 self.progress.schedule(key[0])
+                if self.sequential:
+                    self.sequential.schedule(key[1])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -158,6 +167,18 @@ class ResultsController:
         if not pending:
             self.write()
             self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
+        if self.sequential and self.sequential.settle(seed, self.latest) and self.session is not None:
+            self._stop_early(self.session)
+
+    def _stop_early(self, session: pytest.Session) -> None:
+        """The sequential gate's verdict is settled: run nothing more (the affinity scheduler
+        reads ``stopped``; a serial session stops after this episode)."""
+        from pytest_vlaeval.report import completion_command
+
+        assert self.sequential is not None
+        self.sequential.stopped = True
+        self.sequential.resume_command = completion_command(session.config.invocation_params.args, resume=True)
+        session.shouldstop = f"{self.sequential.outcome}: the sequential gate's verdict is settled"
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         from pytest_vlaeval.progress import Progress, live_wanted
@@ -166,6 +187,7 @@ class ResultsController:
         steps = {t.env_id: t.max_steps for t in self.run.selection.tasks}
         self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
         self.progress.start()
+        self.session = session
 
     def _errored_this_session(self) -> bool:
         """Whether an episode of this session ended in an error (an incomplete run never passes)."""
@@ -191,32 +213,40 @@ class ResultsController:
     # -- session end -------------------------------------------------------------------------
 
     def pytest_keyboard_interrupt(self) -> None:
-        self.interrupted = True
+        self.interrupted = not self._stopped_early  # a gate's early stop reaches pytest as an interruption
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.progress.stop()
         if self.refused:  # a session refused by the run leaves every file of the run as it found it
             return
-        self.interrupted = self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
-        if not self.interrupted:
-            for nodeid in sorted(set(self.scheduled) - self.reported):
+        self.session = None  # no early stop once the session is ending
+        stopped = self._stopped_early
+        self.interrupted = not stopped and (
+            self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+        )
+        unreported = sorted(set(self.scheduled) - self.reported)
+        if stopped:
+            self.sequential.saved = len(unreported)  # not needed for the verdict: neither errors nor lost
+        elif not self.interrupted:
+            for nodeid in unreported:
                 self._accept(
                     nodeid, self._error(nodeid, "scheduled but no result arrived from any worker", "lost"), final=True
                 )
         self._store_held()  # no episode completed to claim the policy; its errors still count
+        if self.sequential is not None:
+            self.gate = self.sequential
+        elif self.run.baseline is not None:
+            from pytest_vlaeval.gate import compare
+
+            _, per_task = self._summary()
+            self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
+        if self.gate is not None:
+            session.exitstatus = self._gate_exit_status(session.exitstatus, stopped)
         self.write()
         self.store.close()
         assert self.written is not None
         body, per_task = self.written
-        if self.run.baseline is not None:
-            from pytest_vlaeval.gate import EXIT_GATE_FAILED, compare
-
-            self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
-            if not self.gate.passed:
-                session.exitstatus = EXIT_GATE_FAILED
-            elif session.exitstatus in JUDGED_BY_THE_GATE and not self._errored_this_session():
-                session.exitstatus = pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
         from pytest_vlaeval.chart import CHART_FILE, write_chart
         from pytest_vlaeval.report import markdown_report
 
@@ -229,12 +259,37 @@ class ResultsController:
             with Path(step_summary).open("a", encoding="utf-8") as f:
                 f.write(markdown + "\n")
 
+    @property
+    def _stopped_early(self) -> bool:
+        return self.sequential is not None and self.sequential.stopped
+
+    def _gate_exit_status(self, status: int, stopped: bool) -> int:
+        """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this
+        session errored (an incomplete run never passes), else 0 where the gate judges the run."""
+        from pytest_vlaeval.gate import EXIT_GATE_FAILED, FAIL, UNDECIDED
+
+        if self.gate.outcome == FAIL:
+            return EXIT_GATE_FAILED
+        if self.gate.outcome == UNDECIDED:
+            return self.run.sequential.undecided_exit
+        if status not in JUDGED_BY_THE_GATE and not stopped:
+            return status
+        if self._errored_this_session():
+            return pytest.ExitCode.TESTS_FAILED
+        return pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
+
+    def _summary(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return summary(self.run.selection, self.store.history() + self.held, interrupted=self.interrupted)
+
     def write(self) -> None:
         """Materialise the canonical files from what the store holds on disk now (every session's
         log, including concurrent sessions on the same run), under the run's lock, so the last
-        writer never overwrites newer files with an older view."""
+        writer never overwrites newer files with an older view; with the gate's verdict once there
+        is one."""
         with self.store.locked():
-            body, per_task = summary(self.run.selection, self.store.history() + self.held, interrupted=self.interrupted)
+            body, per_task = self._summary()
+            if self.gate is not None:
+                body["gate"] = self.gate.as_dict()
             if not self.held:
                 write_canonical(self.run.run_dir, body, per_task)
         self.written = body, per_task

@@ -3,7 +3,9 @@
 A baseline is a directory of per-task JSON files in the canonical schema: one of our run
 directories, or the benchmark's reference runner's output. Split SRs are compared over the
 tasks both runs have (means of per-task SRs, like with like). Where both runs evaluated the
-same seeds, an exact paired McNemar test on the discordant seeds gives a p-value.
+same seeds, the comparison is paired with the seed as the unit (``stats``): the split SR
+difference on those seeds with its interval, and an exact sign-flip p-value that stays valid
+when tasks sharing a seed are correlated. Each task also gets its exact McNemar p-value.
 
 The session fails with ``EXIT_GATE_FAILED`` when the split SR dropped by more than
 ``max_drop`` (and, when ``alpha`` is set, the drop is significant at that level). pytest's own
@@ -13,14 +15,21 @@ The session fails with ``EXIT_GATE_FAILED`` when the split SR dropped by more th
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.stats import mcnemar_exact
+from pytest_vlaeval.stats import Outcomes, mcnemar_exact, paired_seed_sums, sign_flip_exact
 
 EXIT_GATE_FAILED = 6
 """Exit status of a session whose success rate regressed past the gate (pytest uses 0-5)."""
+
+PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
+"""A gate's verdicts; UNDECIDED only from the sequential gate, when its budget ran out first."""
+
+VERDICT_PREFIX = "vlaeval gate"
+"""Every gate's verdict line starts ``vlaeval gate: PASS|FAIL|UNDECIDED: ``, for CI logs to grep."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class GateResult:
     max_drop: float
     alpha: float | None
     tasks: list[TaskComparison] = field(default_factory=list)
+    seed_sums: dict[int, int] = field(default_factory=dict)
+    """Per paired seed, the sum over tasks of Y_new - Y_base (``stats.paired_seed_sums``)."""
     problem: str | None = None
 
     @property
@@ -62,38 +73,68 @@ class GateResult:
         return self.baseline_sr - self.current_sr
 
     @property
-    def discordant(self) -> tuple[int, int]:
-        return sum(t.baseline_only for t in self.tasks), sum(t.current_only for t in self.tasks)
+    def paired_drop(self) -> tuple[float, tuple[float, float]] | None:
+        """The split SR drop on the paired seeds, with its 95% interval (seeds as the unit; the
+        sequential gate's confidence sequence at its last point, valid at any number of seeds)."""
+        if not self.seed_sums:
+            return None
+        from pytest_vlaeval.sequential import drop_bounds
+
+        estimate, lower, upper = drop_bounds([k / len(self.tasks) for k in self.seed_sums.values()], 0.05)
+        return float(estimate[-1]), (float(lower[-1]), float(upper[-1]))
 
     @property
     def p_value(self) -> float | None:
-        if not any(t.paired_seeds for t in self.tasks):
-            return None
-        return mcnemar_exact(*self.discordant)
+        return sign_flip_exact(list(self.seed_sums.values())) if self.seed_sums else None
+
+    @property
+    def outcome(self) -> str:
+        if self.problem:
+            return FAIL
+        if self.drop <= self.max_drop:
+            return PASS
+        significant = self.alpha is None or (self.p_value is not None and self.p_value < self.alpha)
+        return FAIL if significant else PASS
 
     @property
     def passed(self) -> bool:
-        if self.problem:
-            return False
-        if self.drop <= self.max_drop:
-            return True
-        return self.alpha is not None and (self.p_value is None or self.p_value >= self.alpha)
+        return self.outcome == PASS
 
     def verdict(self) -> str:
         if self.problem:
-            return f"vlaeval gate: FAIL: {self.problem}"
-        word = "PASS" if self.passed else "FAIL"
+            return f"{VERDICT_PREFIX}: {FAIL}: {self.problem}"
         relation = "<=" if self.drop <= self.max_drop else ">"
         line = (
-            f"vlaeval gate: {word}: split SR {self.current_sr:.3f} vs baseline {self.baseline_sr:.3f} over "
+            f"{VERDICT_PREFIX}: {self.outcome}: split SR {self.current_sr:.3f} vs baseline {self.baseline_sr:.3f} over "
             f"{len(self.tasks)} tasks (drop {self.drop:+.3f} {relation} {self.max_drop:.3f})"
         )
-        if self.p_value is not None:
-            b, c = self.discordant
-            line += f"; McNemar exact p={self.p_value:.4g} on {b + c} discordant seeds ({b} lost, {c} gained)"
+        paired = self.paired_drop
+        if paired is not None:
+            drop, (low, high) = paired
+            line += (
+                f"; paired on {len(self.seed_sums)} seeds: drop {drop:+.3f} [95% CI {low:+.3f}, {high:+.3f}], "
+                f"seed-level sign-flip exact p={self.p_value:.4g}"
+            )
             if self.alpha is not None:
                 line += f", alpha {self.alpha:g}"
         return line
+
+    def as_dict(self) -> dict[str, Any]:
+        """The gate's fields in ``summary.json``."""
+        paired = self.paired_drop
+        return {
+            "method": "fixed: seed-level paired comparison, exact sign-flip test",
+            "verdict": self.outcome,
+            "verdict_line": self.verdict(),
+            "baseline": self.baseline,
+            "max_drop": self.max_drop,
+            "alpha": self.alpha,
+            "drop": self.drop if self.tasks else None,
+            "paired_seeds": len(self.seed_sums),
+            "paired_drop": paired[0] if paired else None,
+            "paired_drop_ci95": list(paired[1]) if paired else None,
+            "p_value": self.p_value,
+        }
 
 
 def load_baseline(path: Path) -> dict[str, dict[str, Any]]:
@@ -108,6 +149,15 @@ def load_baseline(path: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
+def task_outcomes(result: Mapping[str, Any]) -> dict[int, bool]:
+    """seed -> success of one per-task JSON (none when it lists no ``episode_seeds``)."""
+    return {int(s): bool(y) for s, y in zip(result.get("episode_seeds", []), result["successes"], strict=False)}
+
+
+def outcomes_by_task(results: Iterable[Mapping[str, Any]]) -> dict[str, Outcomes]:
+    return {r["env_id"]: task_outcomes(r) for r in results if r["successes"]}
+
+
 def compare(per_task: list[dict[str, Any]], baseline_dir: Path, max_drop: float, alpha: float | None) -> GateResult:
     try:
         baseline = load_baseline(baseline_dir)
@@ -118,8 +168,7 @@ def compare(per_task: list[dict[str, Any]], baseline_dir: Path, max_drop: float,
         base = baseline.get(current["env_id"])
         if base is None or not base["successes"]:
             continue
-        mine = dict(zip(current["episode_seeds"], current["successes"], strict=True))
-        theirs = dict(zip(base.get("episode_seeds", []), base["successes"], strict=False))  # seeds may be absent
+        mine, theirs = task_outcomes(current), task_outcomes(base)
         paired = sorted(set(mine) & set(theirs))
         tasks.append(
             TaskComparison(
@@ -138,4 +187,9 @@ def compare(per_task: list[dict[str, Any]], baseline_dir: Path, max_drop: float,
             alpha,
             problem=f"no task of this run has results in the baseline {baseline_dir}",
         )
-    return GateResult(str(baseline_dir), max_drop, alpha, tasks)
+    compared = {t.env_id for t in tasks}
+    sums = paired_seed_sums(
+        {k: v for k, v in outcomes_by_task(per_task).items() if k in compared},
+        {k: v for k, v in outcomes_by_task(baseline.values()).items() if k in compared},
+    )
+    return GateResult(str(baseline_dir), max_drop, alpha, tasks, sums)

@@ -114,7 +114,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vla-gate-alpha",
         type=float,
         metavar="A",
-        help="fail only when the drop is also significant (exact McNemar p < A on paired seeds)",
+        help="fail only when the drop is also significant (seed-level exact sign-flip p < A on paired seeds); "
+        "the sequential gate's error rate [0.05 there]",
+    )
+    results.addoption(
+        "--vla-sequential",
+        action="store_true",
+        help="sequential gate (with --vla-baseline or --vla-min-sr): run seeds in blocks, look after each "
+        "complete block and stop once PASS or FAIL is settled at --vla-gate-alpha [0.05] (anytime-valid)",
+    )
+    results.addoption(
+        "--vla-min-sr",
+        type=float,
+        metavar="X",
+        help="with --vla-sequential and no baseline: PASS once the split SR is surely >= X, FAIL once surely below",
+    )
+    results.addoption("--vla-block", type=int, metavar="N", help="seeds per block of the sequential gate [5]")
+    results.addoption(
+        "--vla-undecided-exit",
+        type=int,
+        metavar="CODE",
+        help="exit status when the sequential gate's budget (--episodes) runs out undecided [7]",
     )
     parser.addini("vla_policy", "default for --policy", default="random")
     parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)

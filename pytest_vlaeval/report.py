@@ -11,7 +11,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.gate import GateResult
+from pytest_vlaeval.gate import FAIL, UNDECIDED, GateResult
+from pytest_vlaeval.sequential_gate import SequentialGate
 from pytest_vlaeval.session import RunContext
 
 NARROWING = (
@@ -27,6 +28,9 @@ NARROWING = (
 )
 NARROWING_WITH_VALUE = ("-k", "-m", "--deselect", "--vla-rerun", "--maxfail", "--lfnf", "--last-failed-no-failures")
 NARROWING_PREFIXES = (*tuple(f"{option}=" for option in NARROWING_WITH_VALUE if option.startswith("--")), "-k", "-m")
+SEQUENTIAL = ("--vla-sequential",)
+SEQUENTIAL_WITH_VALUE = ("--vla-min-sr", "--vla-block", "--vla-undecided-exit")
+"""The sequential gate's options: a command completing the canonical run after an early stop drops them."""
 
 
 def render_summary(
@@ -34,7 +38,7 @@ def render_summary(
     summary: dict[str, Any],
     per_task: list[dict[str, Any]],
     run: RunContext,
-    gate: GateResult | None,
+    gate: GateResult | SequentialGate | None,
     args: tuple[str, ...],
     chart: Path | None,
 ) -> None:
@@ -54,7 +58,14 @@ def render_summary(
             yellow=True,
             bold=True,
         )
-    if summary["partial"]:
+    stopped = isinstance(gate, SequentialGate) and gate.stopped
+    if stopped:
+        tr.write_line(
+            f"the sequential gate stopped early: {gate.saved} episodes not needed (not errors); "
+            f"complete the canonical run with: {gate.resume_command}",
+            bold=True,
+        )
+    elif summary["partial"]:
         tr.write_line(
             "partial run: SRs cover completed episodes only (see n_missing / errored_episodes in summary.json)",
             yellow=True,
@@ -63,7 +74,9 @@ def render_summary(
         tr.write_line(f"complete it with: {completion_command(args)}", bold=True)
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
     if gate is not None:
-        tr.write_line(gate.verdict(), green=gate.passed, red=not gate.passed, bold=True)
+        tr.write_line(
+            gate.verdict(), green=gate.passed, red=gate.outcome == FAIL, yellow=gate.outcome == UNDECIDED, bold=True
+        )
 
 
 def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) -> str:
@@ -79,7 +92,7 @@ def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) ->
         ("split", "left"),
         ("memory", "left"),
         ("episodes", "right"),
-        ("SR [95% CI]", "right"),
+        ("SR [Wilson 95% CI]", "right"),
         ("mean return", "right"),
         ("errors", "right"),
     ):
@@ -98,7 +111,7 @@ def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) ->
 
     rates = Table(show_edge=False)
     rates.add_column("success rate (mean of per-task SRs)", no_wrap=True)
-    rates.add_column("SR [95% CI]", justify="right")
+    rates.add_column("SR [95% CI, seeds as clusters]", justify="right")
     for split, sr in summary["sr_per_split"].items():
         rates.add_row(f"split {split}", f"{_pct(sr)} {_interval(summary['sr_per_split_ci95'][split])}")
     for memory_type, sr in summary["sr_per_memory_type"].items():
@@ -109,23 +122,28 @@ def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) ->
     return buffer.getvalue()
 
 
-def completion_command(args: tuple[str, ...]) -> str:
+def completion_command(args: tuple[str, ...], *, resume: bool = False) -> str:
     """The same command, selecting what is still missing or errored in the whole universe
-    (so narrowing options such as ``-k``, ``-m`` and ``--lf`` are dropped)."""
+    (so narrowing options such as ``-k``, ``-m`` and ``--lf`` are dropped). With ``resume``,
+    after the sequential gate stopped early: without the sequential gate, running every episode
+    with no record (``--vla-resume``)."""
+    dropped = NARROWING + SEQUENTIAL if resume else NARROWING
+    with_value = NARROWING_WITH_VALUE + SEQUENTIAL_WITH_VALUE if resume else NARROWING_WITH_VALUE
+    prefixes = NARROWING_PREFIXES + tuple(f"{o}=" for o in SEQUENTIAL_WITH_VALUE) if resume else NARROWING_PREFIXES
     kept: list[str] = []
     skip_value = False
     for arg in args:
         if skip_value:
             skip_value = False
-        elif arg in NARROWING_WITH_VALUE:
+        elif arg in with_value:
             skip_value = True
-        elif arg not in NARROWING and not arg.startswith(NARROWING_PREFIXES):
+        elif arg not in dropped and not arg.startswith(prefixes):
             kept.append(arg)
-    return shlex.join(["pytest", *kept, "--vla-rerun=incomplete"])
+    return shlex.join(["pytest", *kept, "--vla-resume" if resume else "--vla-rerun=incomplete"])
 
 
 def markdown_report(
-    summary: dict[str, Any], per_task: list[dict[str, Any]], gate: GateResult | None, run: RunContext
+    summary: dict[str, Any], per_task: list[dict[str, Any]], gate: GateResult | SequentialGate | None, run: RunContext
 ) -> str:
     """``report.md``: split, memory-type and per-task SR with 95% intervals, and the gate verdict."""
     lines = [
@@ -138,7 +156,13 @@ def markdown_report(
     ]
     if gate is not None:
         lines += [f"**{gate.verdict()}**", ""]
-    lines += ["| group | SR | 95% CI |", "| --- | ---: | --- |"]
+    if isinstance(gate, SequentialGate) and gate.stopped:
+        lines += [
+            f"The sequential gate stopped early: {gate.saved} episodes were not needed (not errors). "
+            f"Complete the canonical run with `{gate.resume_command}`.",
+            "",
+        ]
+    lines += ["| group | SR | 95% CI (seeds as clusters) |", "| --- | ---: | --- |"]
     lines += [
         f"| split {s} | {_pct(sr)} | {_interval(summary['sr_per_split_ci95'][s])} |"
         for s, sr in summary["sr_per_split"].items()
@@ -149,14 +173,14 @@ def markdown_report(
     ]
     lines += [
         "",
-        "| task | split | memory | episodes | SR | 95% CI | errors |",
+        "| task | split | memory | episodes | SR | Wilson 95% CI | errors |",
         "| --- | --- | --- | ---: | ---: | --- | ---: |",
     ]
     lines += [
         f"| {r['env_id']} | {r['split']} | {r['memory_type']} | {r['n_episodes']}/{r['n_expected']} | {_pct(r['sr'])} | {_interval(r['sr_ci95'])} | {r['n_errors']} |"
         for r in per_task
     ]
-    if gate is not None and gate.tasks:
+    if isinstance(gate, GateResult) and gate.tasks:
         lines += [
             "",
             "| task | baseline SR | SR | drop | paired seeds | McNemar p |",

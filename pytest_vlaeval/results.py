@@ -16,8 +16,17 @@ from typing import Any
 
 from pytest_vlaeval.record import FAILURE, SUCCESS, EpisodeRecord
 from pytest_vlaeval.spec import Selection, Task
-from pytest_vlaeval.stats import mean_of_proportions_interval, wilson
+from pytest_vlaeval.stats import seed_clustered_interval, wilson
 from pytest_vlaeval.store import latest, write_json_atomic
+
+CI95_METHODS = {
+    "per_task_sr_ci95": "Wilson score interval over the task's seeds",
+    "sr_split_ci95": "mean of task SRs; variance with seeds as clusters (tasks share seeds, so they correlate), "
+    "Wilson interval at the effective number of independent episodes",
+    "sr_per_split_ci95": "as sr_split_ci95",
+    "sr_per_memory_type_ci95": "as sr_split_ci95, over the memory type's tasks",
+}
+"""What each interval in ``summary.json`` is (the formulas: ``stats``)."""
 
 
 def mean(values: Iterable[float]) -> float:
@@ -113,6 +122,7 @@ def summary(
         "sr_per_split_ci95": {s: _group_interval(group) for s, group in by_split.items()},
         "sr_per_memory_type_ci95": {m: _group_interval(group) for m, group in sorted(by_memory.items())},
         "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
+        "ci95_methods": CI95_METHODS,
         "start_seed": selection.start_seed,
         "n_episodes_per_task": selection.episodes,
         "canonical_protocol": selection.is_canonical,
@@ -137,7 +147,7 @@ def summary(
 
 
 def _group_interval(results: list[dict[str, Any]]) -> list[float]:
-    return list(mean_of_proportions_interval([(sum(r["successes"]), r["n_episodes"]) for r in results]))
+    return list(seed_clustered_interval([dict(zip(r["episode_seeds"], r["successes"], strict=True)) for r in results]))
 
 
 def write_canonical(run_dir: Path, body: dict[str, Any], per_task: list[dict[str, Any]]) -> None:

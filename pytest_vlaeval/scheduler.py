@@ -12,13 +12,18 @@ The queues stay on the controller and a worker is sent only two episodes at a ti
 item i only once it holds item i+1 or a shutdown), so taking a tail needs no steal request to
 the worker holding the task, and cannot be refused because the worker ran those episodes
 meanwhile.
+
+For the sequential gate the queues are per (task, block of seeds): a queue of block b+1 is
+handed out only once every episode of block b has been sent, preferably to a worker whose env
+is already that task; when the gate says the verdict is settled, nothing more is sent and the
+workers shut down after the episodes they hold.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
 
@@ -49,6 +54,8 @@ class TaskQueue:
 
     task: str
     indices: deque[int]
+    block: int = 0
+    """The sequential gate's block of seeds (always 0 without it)."""
 
 
 class BuildCost:
@@ -88,7 +95,11 @@ class AffinityScheduling:
     """xdist scheduler (see ``xdist.scheduler.protocol``) keeping each worker on one task."""
 
     def __init__(
-        self, config: pytest.Config, log: Producer | None = None, steps: Mapping[str, float] | None = None
+        self,
+        config: pytest.Config,
+        log: Producer | None = None,
+        steps: Mapping[str, float] | None = None,
+        blocks: SequentialBlocks | None = None,
     ) -> None:
         self.numnodes = len(parse_tx_spec_config(config))
         self.steps = steps or {}
@@ -108,6 +119,7 @@ class AffinityScheduling:
         self.started: set[WorkerController] = set()
         """Workers that have finished an episode."""
         self.cost = BuildCost()
+        self.blocks = blocks
 
     @property
     def nodes(self) -> list[WorkerController]:
@@ -148,11 +160,11 @@ class AffinityScheduling:
                 self.log("**Different tests collected, aborting run**")
                 return
             self.collection = next(iter(self.node2collection.values()))
-            by_task: dict[str, deque[int]] = {}
+            by_task: dict[tuple[str, int], deque[int]] = {}
             for index, nodeid in enumerate(self.collection):
-                by_task.setdefault(task_of(nodeid), deque()).append(index)
-            queues = [TaskQueue(task, indices) for task, indices in by_task.items()]
-            self.pool = sorted(queues, key=lambda q: -self.steps.get(q.task, 1) * len(q.indices))
+                by_task.setdefault((task_of(nodeid), self._block(nodeid)), deque()).append(index)
+            queues = [TaskQueue(task, indices, block) for (task, block), indices in by_task.items()]
+            self.pool = sorted(queues, key=lambda q: (q.block, -self.steps.get(q.task, 1) * len(q.indices)))
         self._feed()
 
     def mark_test_complete(self, node: WorkerController, item_index: int, duration: float = 0) -> None:
@@ -196,15 +208,26 @@ class AffinityScheduling:
     def _unsent(self) -> bool:
         return any(queue.indices for queue in [*self.pool, *self.node2queue.values()])
 
+    def _block(self, nodeid: str) -> int:
+        return self.blocks.block_of(nodeid) if self.blocks else 0
+
     def _feed(self) -> None:
         """Top every live worker up to two episodes, or shut it down when none is worth sending."""
         if self.collection is None:
             return
+        if self.blocks and self.blocks.settled():
+            self.pool.clear()  # not needed: the sequential gate's verdict is settled
+            for queue in self.node2queue.values():
+                queue.indices.clear()
         for node, pending in self.node2pending.items():
             if node.shutting_down or node not in self.node2collection:
                 continue
             while len(pending) < MIN_PENDING:
                 queue = self._queue_for(node)
+                if queue is None and self.blocks and self._unsent():
+                    queue = self._lookahead(node, pending)
+                    if queue is None:
+                        break  # the next block waits for this one to complete; this worker gets it then
                 if queue is None:
                     node.shutdown()  # it runs the episode it holds, then leaves
                     break
@@ -220,10 +243,51 @@ class AffinityScheduling:
         """The worker's own queue; else an untouched task (or a crashed worker's leftovers); else a tail."""
         queue = self.node2queue.get(node)
         if queue is None or not queue.indices:
-            queue = (self.pool.pop(0) if self.pool else None) or self._take_tail(node)
+            queue = self._from_pool(node) or self._take_tail(node)
             if queue is not None:
                 self.node2queue[node] = queue
         return queue
+
+    def _from_pool(self, node: WorkerController) -> TaskQueue | None:
+        """The pool's next queue; for the sequential gate, one of the lowest block not yet sent,
+        of the task whose env the worker holds if there is one."""
+        if not self.pool:
+            return None
+        if not self.blocks:
+            return self.pool.pop(0)
+        chosen = self._pool_queue(node, self._current_block())
+        if chosen is not None:
+            self.pool.remove(chosen)
+        return chosen
+
+    def _pool_queue(self, node: WorkerController, block: int | None) -> TaskQueue | None:
+        """A pool queue of ``block``, of the task whose env the worker holds if there is one."""
+        candidates = [q for q in self.pool if q.block == block and q.indices]
+        return next(
+            (q for q in candidates if q.task == self.node2task.get(node)), candidates[0] if candidates else None
+        )
+
+    def _current_block(self) -> int | None:
+        """The lowest block with an episode not yet sent or not yet finished: the one being run."""
+        assert self.collection is not None
+        unsent = [q.block for q in [*self.pool, *self.node2queue.values()] if q.indices]
+        running = [self._block(self.collection[i]) for pending in self.node2pending.values() for i in pending]
+        return min(unsent + running, default=None)
+
+    def _lookahead(self, node: WorkerController, pending: list[int]) -> TaskQueue | None:
+        """One episode of the next block for a worker holding only its last episode of the
+        current block: xdist starts an episode once the worker holds the next one (or a shutdown)."""
+        assert self.collection is not None
+        current = self._current_block()
+        if len(pending) != 1 or current is None or self._block(self.collection[pending[0]]) != current:
+            return None
+        queue = self._pool_queue(node, current + 1)
+        if queue is None:
+            return None
+        index = queue.indices.popleft()
+        if not queue.indices:
+            self.pool.remove(queue)
+        return TaskQueue(queue.task, deque([index]), queue.block)
 
     def _take_tail(self, thief: WorkerController) -> TaskQueue | None:
         """Split off the tail of the queue that, taken over by ``thief``, saves the most time."""
@@ -254,15 +318,21 @@ class AffinityScheduling:
         if not indices:
             return
         assert self.collection is not None
-        by_task: dict[str, list[int]] = {}
+        by_task: dict[tuple[str, int], list[int]] = {}
         for index in indices:
-            by_task.setdefault(task_of(self.collection[index]), []).append(index)
-        for task, returned in by_task.items():
+            nodeid = self.collection[index]
+            by_task.setdefault((task_of(nodeid), self._block(nodeid)), []).append(index)
+        for (task, block), returned in by_task.items():
             queue = next(
-                (q for node, q in self.node2queue.items() if q.task == task and not node.shutting_down), None
-            ) or next((q for q in self.pool if q.task == task), None)
+                (
+                    q
+                    for node, q in self.node2queue.items()
+                    if (q.task, q.block) == (task, block) and not node.shutting_down
+                ),
+                None,
+            ) or next((q for q in self.pool if (q.task, q.block) == (task, block)), None)
             if queue is None:
-                queue = TaskQueue(task, deque())
+                queue = TaskQueue(task, deque(), block)
                 self.pool.insert(0, queue)
             queue.indices = deque(sorted([*returned, *queue.indices]))
 
@@ -280,15 +350,26 @@ class AffinityScheduling:
         return same
 
 
+@dataclass(frozen=True)
+class SequentialBlocks:
+    """What the scheduler needs of the sequential gate: an episode's block, and whether to stop."""
+
+    block_of: Callable[[str], int]
+    """Node id -> block of seeds."""
+    settled: Callable[[], bool]
+    """True once the gate's verdict is settled: send nothing more."""
+
+
 class AffinityPlugin:
     """Controller plugin handing xdist the affinity scheduler."""
 
-    def __init__(self, steps: Mapping[str, float]) -> None:
+    def __init__(self, steps: Mapping[str, float], blocks: SequentialBlocks | None = None) -> None:
         self.steps = steps
+        self.blocks = blocks
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Producer) -> AffinityScheduling:
-        return AffinityScheduling(config, log, self.steps)
+        return AffinityScheduling(config, log, self.steps, self.blocks)
 
 
 def explicit_dist(config: pytest.Config) -> str | None:
@@ -313,8 +394,13 @@ def uses_affinity(config: pytest.Config) -> bool:
     return requested == "affinity" or (requested is None and dist is None)
 
 
-def install(config: pytest.Config, selection: Selection) -> None:
+def install(config: pytest.Config, selection: Selection, blocks: SequentialBlocks | None = None) -> None:
     """Register the affinity scheduler on the controller when this session uses it."""
+    distributed = config.pluginmanager.has_plugin("xdist") and (
+        config.getoption("numprocesses", None) or config.getoption("tx", None)
+    )
+    if blocks and distributed and not uses_affinity(config):
+        raise SpecError("--vla-sequential orders seeds in blocks with the affinity scheduler: drop --dist/--vla-dist")
     if uses_affinity(config) and config.pluginmanager.has_plugin("xdist"):
         if config.getoption("tx") and config.option.dist == "no":
             # Gateways alone (--tx, no -n) start xdist only with a --dist mode; "load" just turns
@@ -324,4 +410,4 @@ def install(config: pytest.Config, selection: Selection) -> None:
             f"{split_node_name(selection.benchmark.name, task.split)}::{task.env_id}": task.max_steps
             for task in selection.tasks
         }
-        config.pluginmanager.register(AffinityPlugin(steps), "vlaeval-scheduler")
+        config.pluginmanager.register(AffinityPlugin(steps, blocks), "vlaeval-scheduler")

@@ -27,6 +27,7 @@ from pytest_vlaeval.subset import RERUN_MODES, parse_shard
 if TYPE_CHECKING:
     from pytest_vlaeval.record import EpisodeRecord
     from pytest_vlaeval.runner import EpisodeRunner
+    from pytest_vlaeval.sequential_gate import SequentialSettings
     from pytest_vlaeval.store import RunStore
 
 THIRD_PARTY_WARNINGS = (
@@ -54,6 +55,8 @@ class RunContext:
     episodes: frozenset[tuple[str, int]] = frozenset()
     """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
     subset_note: str | None = None
+    sequential: SequentialSettings | None = None
+    """``--vla-sequential``: seeds in blocks, early stop (``sequential_gate``)."""
 
     @property
     def store_label(self) -> str:
@@ -99,7 +102,7 @@ def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
         from pytest_vlaeval.serving.url import SERVED_URL_KEY
 
         runner.policy_spec = config.workerinput.get(SERVED_URL_KEY, runner.policy_spec)  # absent under --co
-    plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note)
+    plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note, run.sequential)
     config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
     return runner
@@ -112,10 +115,15 @@ def _start_controller(
     from pytest_vlaeval.controller import ResultsController
     from pytest_vlaeval.store import fingerprint
 
+    sequential = None
     try:
         store.check_writable()
+        if run.sequential:
+            from pytest_vlaeval.sequential_gate import SequentialGate
+
+            sequential = SequentialGate.create(run)
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
-        scheduler.install(config, run.selection)
+        scheduler.install(config, run.selection, sequential.scheduling() if sequential else None)
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run)
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
@@ -126,7 +134,7 @@ def _start_controller(
 
         # Episodes here, and on xdist workers (via their workerinput), use the shared server.
         runner.policy_spec = serve_session(config, run.policy_spec, run.run_dir / "server.log")
-    config.pluginmanager.register(ResultsController(run, store, history), "vlaeval-controller")
+    config.pluginmanager.register(ResultsController(run, store, history, sequential), "vlaeval-controller")
 
 
 def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
@@ -197,6 +205,7 @@ def _run_context(config: pytest.Config) -> RunContext:
         gate_alpha=config.getoption("vla_gate_alpha"),
         timeout=config.getoption("vla_timeout"),
         video=config.getoption("vla_video"),
+        sequential=_sequential(config),
     )
     return run
 
@@ -225,6 +234,20 @@ def _check_numeric_options(config: pytest.Config) -> None:
     _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
     _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
     _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
+
+
+def _sequential(config: pytest.Config) -> SequentialSettings | None:
+    from pytest_vlaeval.sequential_gate import settings
+
+    return settings(
+        sequential=config.getoption("vla_sequential"),
+        baseline=config.getoption("vla_baseline"),
+        shard=config.getoption("vla_shard"),
+        min_sr=config.getoption("vla_min_sr"),
+        alpha=config.getoption("vla_gate_alpha"),
+        block=config.getoption("vla_block"),
+        undecided_exit=config.getoption("vla_undecided_exit"),
+    )
 
 
 def _check_policy_spec(spec: str) -> None:

@@ -1,51 +1,104 @@
-"""Interval estimates and the paired test the gate uses. Pure Python: no SciPy needed.
+"""Interval estimates and the paired test the gate uses, with the seed as the independent unit.
 
-- Task SR: Wilson score interval (95 %) for a binomial proportion.
-- Split SR: the split SR is a mean of task proportions, not a pooled proportion, so its interval
-  is a normal interval on that mean, with each task's variance taken at its Agresti-Coull
-  adjusted proportion (successes + z²/2) / (n + z²), which keeps the variance of a task at 0 % or
-  100 % from collapsing to zero: SE = sqrt(sum_i p~_i (1 - p~_i) / (n_i + z²)) / T. A group
-  of one task gets that task's Wilson interval.
-- Regression test: exact two-sided McNemar test on the seeds both runs evaluated (a binomial test
-  on the discordant pairs).
+A benchmark that gives every task the same seeds makes episodes of different tasks correlated
+(same initial states), so only seeds are independent draws. No SciPy needed.
+
+- Task SR: Wilson score interval (95 %) for a binomial proportion (a task's seeds are independent).
+- Group SR (a split, a memory type): the mean of its tasks' SRs. Its variance is estimated with
+  seeds as clusters: writing the estimate as a sum over seeds of c_s = sum_t Y(t,s) / (T n_t),
+  the c_s are independent whatever the correlation between tasks, and the cluster-robust
+  (linearised) variance is S/(S-1) * sum_s r_s^2 with r_s = sum_t (Y(t,s) - p_t) / (T n_t).
+  With every task on the same S seeds this is exactly the variance of the per-seed means
+  m_s = mean_t Y(t,s) divided by S; when episodes errored (a task with fewer seeds), each task
+  still weighs 1/T and each of its seeds 1/n_t: that is the rule for unbalanced data. The
+  interval is Wilson's at the effective number of independent episodes p(1-p)/variance (Kish's
+  design effect), kept between S (tasks perfectly correlated) and the number of episodes
+  (tasks independent); a group of one task gets that task's Wilson interval.
+- Paired comparison with a baseline: on the seeds where every compared task has an episode in
+  both runs (a seed with an errored or absent episode leaves the comparison, so every d_s
+  averages the same tasks), d_s = mean_t (Y_new(t,s) - Y_base(t,s)) in [-1, 1], independent
+  across seeds. The p-value is an exact sign-flip (randomisation) test of "no change" on the
+  per-seed sums: under no change, swapping the two runs' outcomes at a seed, all tasks at once,
+  is equally likely, whatever the tasks' correlation. With one task it is the exact McNemar test.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 Z95 = 1.959963984540054
 
+Outcomes = Mapping[int, bool]
+"""One task's completed episodes: seed -> success."""
 
-def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    if n == 0:
+
+def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
+    if n <= 0:
         return 0.0, 1.0
     p = successes / n
     denominator = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denominator
     return max(0.0, center - half), min(1.0, center + half)
 
 
-def mean_of_proportions_interval(counts: Sequence[tuple[int, int]], z: float = Z95) -> tuple[float, float]:
-    """Interval for the mean of task proportions, ``counts`` = [(successes, n), ...]."""
-    counts = [(s, n) for s, n in counts if n > 0]
-    if not counts:
+def seed_clustered_interval(tasks: Sequence[Outcomes], z: float = Z95) -> tuple[float, float]:
+    """Interval for the mean of task SRs, seeds as clusters (see the module docstring)."""
+    tasks = [t for t in tasks if t]
+    if not tasks:
         return 0.0, 1.0
-    if len(counts) == 1:  # one task: its own Wilson interval, so a group never claims more
-        return wilson(*counts[0], z=z)
-    mean = sum(s / n for s, n in counts) / len(counts)
-    variance = 0.0
-    for s, n in counts:
-        adjusted = (s + z * z / 2) / (n + z * z)
-        variance += adjusted * (1 - adjusted) / (n + z * z)
-    half = z * math.sqrt(variance) / len(counts)
-    return max(0.0, mean - half), min(1.0, mean + half)
+    rates = [sum(t.values()) / len(t) for t in tasks]
+    estimate = sum(rates) / len(tasks)
+    residuals: dict[int, float] = {}
+    for rate, outcomes in zip(rates, tasks, strict=True):
+        for seed, success in outcomes.items():
+            residuals[seed] = residuals.get(seed, 0.0) + (success - rate) / (len(tasks) * len(outcomes))
+    seeds = len(residuals)
+    episodes = sum(len(t) for t in tasks)
+    variance = seeds / (seeds - 1) * sum(r * r for r in residuals.values()) if seeds > 1 else math.inf
+    spread = estimate * (1 - estimate)
+    effective = episodes if variance == 0 and spread > 0 else spread / variance if variance > 0 else seeds
+    effective = min(max(effective, seeds), episodes)
+    return wilson(estimate * effective, effective, z)
+
+
+def paired_seed_sums(current: Mapping[str, Outcomes], baseline: Mapping[str, Outcomes]) -> dict[int, int]:
+    """Per seed, sum over the compared tasks of Y_new - Y_base, on the seeds every task has in both runs.
+
+    The compared tasks are those both runs have; d_s is the sum divided by their number.
+    """
+    tasks = sorted(set(current) & set(baseline))
+    if not tasks:
+        return {}
+    seeds = set.intersection(*(set(current[t]) & set(baseline[t]) for t in tasks))
+    return {s: sum(int(current[t][s]) - int(baseline[t][s]) for t in tasks) for s in sorted(seeds)}
+
+
+def sign_flip_exact(sums: Sequence[int]) -> float:
+    """Two-sided exact p-value of "no change" from per-seed sums of paired differences.
+
+    Under no change each seed's sum is as likely to carry either sign: the statistic sum_s k_s
+    is compared with its distribution over all 2^S sign flips, computed by convolution over
+    the integer sums (probabilities in float64, so "exact" up to rounding).
+    """
+    observed = abs(sum(sums))
+    sizes = [abs(k) for k in sums if k]
+    if not sizes:
+        return 1.0
+    total = sum(sizes)
+    probabilities = np.zeros(2 * total + 1)  # index = sum + total
+    probabilities[total] = 1.0
+    for size in sizes:
+        probabilities = 0.5 * (np.roll(probabilities, size) + np.roll(probabilities, -size))
+    offsets = np.abs(np.arange(-total, total + 1))
+    return float(min(1.0, probabilities[offsets >= observed].sum()))
 
 
 def mcnemar_exact(baseline_only: int, current_only: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant counts.
+    """Two-sided exact McNemar p-value from one task's discordant seeds.
 
     ``baseline_only``: seeds the baseline solved and the current run did not; ``current_only``
     the reverse. Under no change each discordant seed is a fair coin.

@@ -16,7 +16,7 @@ from helpers import read_json, run_dir
 from pytest_vlaeval.gate import EXIT_GATE_FAILED
 from pytest_vlaeval.merge import main as merge_main
 from pytest_vlaeval.spec import resolve_benchmark, select
-from pytest_vlaeval.stats import mcnemar_exact, mean_of_proportions_interval, wilson
+from pytest_vlaeval.stats import mcnemar_exact, sign_flip_exact, wilson
 from pytest_vlaeval.subset import shard
 
 HERE = Path(__file__).parent
@@ -216,7 +216,7 @@ def test_gate_passes_and_fails_on_constructed_baselines(fake: pytest.Pytester) -
     same = fake.runpytest(*SHORT, "--vla-results=base", f"--vla-baseline={base}")
     same.stdout.fnmatch_lines(
         [
-            "vlaeval gate: PASS: split SR * vs baseline * over 2 tasks (drop +0.000 <= 0.050); McNemar exact p=1 on 0 discordant seeds*"
+            "vlaeval gate: PASS: split SR * vs baseline * over 2 tasks (drop +0.000 <= 0.050); paired on 3 seeds: drop +0.000 ?95% CI -*, +*?, seed-level sign-flip exact p=1"
         ]
     )
     assert same.ret == pytest.ExitCode.OK, "with a baseline, failed episodes are the measurement: the gate decides"
@@ -232,15 +232,19 @@ def test_gate_passes_and_fails_on_constructed_baselines(fake: pytest.Pytester) -
         data["sr"] = 1.0
         (better / name).write_text(json.dumps(data))
     current = read_json(base / "summary.json")
-    lost = sum(not s for n in ("Alpha-v0.json", "Beta-v0.json") for s in read_json(base / n)["successes"])
+    per_seed = [
+        -sum(not read_json(base / n)["successes"][i] for n in ("Alpha-v0.json", "Beta-v0.json")) for i in range(3)
+    ]
     result = fake.runpytest(*SHORT, "--vla-results=base", f"--vla-baseline={better}")
     assert result.ret == EXIT_GATE_FAILED
-    expected_p = mcnemar_exact(lost, 0)
+    expected_p = sign_flip_exact(per_seed)
     result.stdout.fnmatch_lines(
         [
-            f"vlaeval gate: FAIL: split SR {current['sr_split']:.3f} vs baseline 1.000 over 2 tasks (drop *> 0.050); McNemar exact p={expected_p:.4g} on {lost} discordant seeds ({lost} lost, 0 gained)"
+            f"vlaeval gate: FAIL: split SR {current['sr_split']:.3f} vs baseline 1.000 over 2 tasks (drop *> 0.050); "
+            f"paired on 3 seeds: drop {-sum(per_seed) / 6:+.3f} ?95% CI *?, seed-level sign-flip exact p={expected_p:.4g}"
         ]
     )
+    assert read_json(base / "summary.json")["gate"]["p_value"] == pytest.approx(expected_p)
     report = (base / "report.md").read_text()
     assert "vlaeval gate: FAIL" in report and "| Alpha-v0 | 100.0% |" in report
 
@@ -287,9 +291,6 @@ def test_statistics_known_values() -> None:
     low, high = wilson(5, 10)
     assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
     assert wilson(0, 10)[0] == 0.0 and round(wilson(0, 10)[1], 4) == 0.2775
-    assert mean_of_proportions_interval([(5, 10)]) == wilson(5, 10)
-    low, high = mean_of_proportions_interval([(0, 50), (50, 50)])
-    assert low < 0.5 < high and high - low < 0.1
 
 
 HANGING = """

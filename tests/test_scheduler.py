@@ -289,3 +289,42 @@ def test_an_explicit_dist_mode_falls_back_to_xdist(fake: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["*scheduling tests via LoadScheduling*"])
     records = episode_records(run_dir(fake))
     assert {r["worker"] for r in records.values() if r["task"] == "Alpha-v0"} == {"gw0", "gw1"}, "load splits tasks"
+
+
+def test_sequential_blocks_keep_order_and_affinity_and_stop_when_settled(pytester: pytest.Pytester) -> None:
+    """Blocks of 2 seeds, in the collection's block-major order; each worker keeps its task's env."""
+    from pytest_vlaeval.scheduler import SequentialBlocks
+
+    collection = [f"s::{task}::{seed}" for block in range(3) for task in "AB" for seed in (2 * block, 2 * block + 1)]
+    settled = []
+    blocks = SequentialBlocks(lambda nodeid: int(nodeid.rpartition("::")[2]) // 2, lambda: bool(settled))
+    config = pytester.parseconfig("--tx=2*popen")
+    sched = AffinityScheduling(config, blocks=blocks)
+    nodes = [MockNode(0), MockNode(1)]
+    for node in nodes:
+        sched.add_node(node)
+    for node in nodes:
+        sched.add_node_collection(node, collection)
+    sched.schedule()
+    assert simulate(sched, nodes, build=5.0, episode=1.0) == 2, "one env build per worker: it keeps its task"
+    for node in nodes:
+        sent_blocks = [blocks.block_of(collection[i]) for i in node.sent]
+        assert sent_blocks == sorted(sent_blocks) and len({task_of(collection[i]) for i in node.sent}) == 1
+
+    sched = AffinityScheduling(config, blocks=blocks)
+    nodes = [MockNode(0), MockNode(1)]
+    for node in nodes:
+        sched.add_node(node)
+    for node in nodes:
+        sched.add_node_collection(node, collection)
+    sched.schedule()
+    assert [node.sent for node in nodes] == [[0, 1], [2, 3]]
+    sched.mark_test_complete(nodes[0], 0, 1.0)
+    assert nodes[0].sent == [0, 1, 4], "its last episode of block 0 needs a next one to start"
+    sched.mark_test_complete(nodes[0], 1, 1.0)
+    assert nodes[0].sent == [0, 1, 4], "block 1 waits until block 0 is complete"
+    settled.append(True)  # the gate's look after block 0 settles the verdict
+    for node, index in ((nodes[1], 2), (nodes[1], 3), (nodes[0], 4)):
+        sched.mark_test_complete(node, index, 1.0)
+    assert [node.sent for node in nodes] == [[0, 1, 4], [2, 3]] and all(node.shutting_down for node in nodes)
+    assert sched.tests_finished and not sched.has_pending
