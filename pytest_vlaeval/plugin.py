@@ -44,6 +44,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--vla-tasks", metavar="IDS", help="comma-separated env ids to evaluate (within the split)")
     group.addoption("--vla-results", metavar="DIR", help=f"output root; each run writes DIR/<run>/ [{DEFAULT_RESULTS}]")
     group.addoption(
+        "--vla-run-name",
+        metavar="NAME",
+        help="name of the run's directory under --vla-results [benchmark-split-policy]",
+    )
+    group.addoption(
         "--vla-render",
         choices=("auto", "gpu", "cpu"),
         help="simulation/render backend: gpu when a CUDA device is present under auto, else software Vulkan [auto]",
