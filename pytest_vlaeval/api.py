@@ -11,7 +11,7 @@ calling process, so it is served from there: a policy server on a thread of the 
 free loopback port with a fresh token, which the child's workers reach as ``ws://``. A class or
 zero-argument factory gets an instance per concurrent episode; an object with ``act_batch`` is
 batched across episodes; any other object holds one episode's memory, so its episodes run one
-at a time.
+at a time, on one worker.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,13 @@ def evaluate(
     under ``results`` (default: the policy's name and the time, so each call is a fresh run).
     Raises ``EvaluationError`` when the session cannot run (bad input, broken machine).
     """
+    if workers and workers > 1 and _one_episode_at_a_time(policy):
+        warnings.warn(
+            f"{_label(policy)} holds one episode's memory (it has no act_batch), so its episodes run one at a time "
+            f"on one worker, not {workers}; pass its class or a factory, or give it act_batch, to run them in parallel",
+            stacklevel=2,
+        )
+        workers = None
     args = ["--benchmark", benchmark, "--vla-live", "off"]
     if tasks:
         args += ["--vla-tasks", ",".join(tasks)]
@@ -135,7 +142,7 @@ def _served(policy: Any, benchmark: str, env: dict[str, str]) -> Any:
         action_dim = resolve_benchmark(benchmark)[0].env.action_dim
     except SpecError as exc:
         raise EvaluationError(str(exc)) from None
-    factory, one_at_a_time = _factory(policy)
+    one_at_a_time = _one_episode_at_a_time(policy)
     env[TOKEN_ENV] = secrets.token_urlsafe(24)
     config = ServerConfig(
         host="127.0.0.1",
@@ -145,7 +152,7 @@ def _served(policy: Any, benchmark: str, env: dict[str, str]) -> Any:
         max_episodes=1 if one_at_a_time else ServerConfig.max_episodes,
         admission_timeout_s=SERVED_EPISODE_WAIT_S if one_at_a_time else ServerConfig.admission_timeout_s,
     )
-    server = ServerThread(_label(policy), config, factory)
+    server = ServerThread(_label(policy), config, policy if _is_factory(policy) else lambda: policy)
     try:
         url = server.__enter__()
     except Exception as exc:
@@ -156,17 +163,19 @@ def _served(policy: Any, benchmark: str, env: dict[str, str]) -> Any:
         server.__exit__(None, None, None)
 
 
-def _factory(policy: Any) -> tuple[Callable[[], Any], bool]:
-    """How the server makes the policy, and whether it can only hold one episode at a time."""
-    if isinstance(policy, type) or (callable(policy) and not hasattr(policy, "act")):
-        return policy, False
-    return (lambda: policy), not callable(getattr(policy, "act_batch", None))
+def _is_factory(policy: Any) -> bool:
+    """A class or zero-argument factory (the server makes an instance per episode), not a policy object."""
+    return isinstance(policy, type) or (callable(policy) and not hasattr(policy, "act"))
+
+
+def _one_episode_at_a_time(policy: Any) -> bool:
+    return not isinstance(policy, str) and not _is_factory(policy) and not callable(getattr(policy, "act_batch", None))
 
 
 def _label(policy: Any) -> str:
     if isinstance(policy, str):
         return policy
-    named = policy if isinstance(policy, type) or not hasattr(policy, "act") else type(policy)
+    named = policy if _is_factory(policy) else type(policy)
     return f"{named.__module__}:{named.__qualname__}"
 
 

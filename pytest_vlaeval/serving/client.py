@@ -188,6 +188,10 @@ class RemotePolicy(_RemoteBase):
         self._step += len(actions) if actions.ndim > 1 else 1
         return actions
 
+    def end_episode(self, result: Any) -> None:
+        """Close the episode on the server now, freeing its slot for another worker's episode."""
+        self._close_episode()
+
     def close(self) -> None:
         self._close_episode()
         super().close()
