@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -312,3 +313,27 @@ def test_the_serve_command_speaks_vla_eval(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(30)
+
+
+@pytest.mark.mikasa
+def test_a_real_mikasa_episode_through_vla_evals_server_equals_in_process(hosted, tmp_path: Path) -> None:
+    server, spec = hosted(True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    args = ["--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1", "-p", "no:cacheprovider"]
+
+    def run(policy: str, results: str) -> dict[tuple[str, int], tuple[Any, ...]]:
+        command = [sys.executable, "-m", "pytest", *args, f"--policy={policy}", f"--vla-results={results}"]
+        proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+        (run_dir,) = (tmp_path / results).iterdir()
+        records = episode_records(run_dir)
+        assert {r["outcome"] for r in records.values()} <= {"success", "failure"}, records
+        return {key: (r["success"], r["episode_return"], r["length"]) for key, r in records.items()}
+
+    local = run("spy_policies:EpisodeMemory", "local")
+    assert run(spec, "remote") == local
+    wait_until(lambda: len(server.ended) == 1)
+    ((success, _, length),) = local.values()
+    assert (server.ended[0]["metrics"]["success"], server.ended[0]["steps"]) == (success, length)
+    assert server.started[0]["env_id"] == "RememberColor3-VLA-v0" and server.started[0]["seed"] == 4242424242
+    assert server.predictions == (length + 1) // 2
