@@ -29,7 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--policy",
         metavar="SPEC",
         help="module:attr (class or factory), a built-in: random, zero, or a policy server: ws://HOST:PORT, "
-        "openpi://HOST:PORT [random]",
+        "openpi://HOST:PORT, vla-eval://HOST:PORT [random]",
     )
     group.addoption(
         "--vla-serve",

@@ -203,6 +203,25 @@ def test_an_error_frame_and_a_dead_server_are_episode_errors() -> None:
         build_policy(f"vla-eval://127.0.0.1:{port}?connect_timeout=0.3", 7)
 
 
+class RefusesSeed13(HostedPolicy):
+    async def on_episode_start(self, config: dict[str, Any], ctx: Any) -> None:
+        if config["task"]["seed"] == 13:
+            raise RuntimeError("no weights for seed 13")
+        await super().on_episode_start(config, ctx)
+
+
+def test_a_failed_episode_start_errors_only_its_own_episode() -> None:
+    with start_blocking_portal() as portal:
+        future, port = portal.start_task(serve_async, RefusesSeed13(EpisodeMemory, False), "127.0.0.1", 0)
+        policy = build_policy(f"vla-eval://127.0.0.1:{port}?{OPTIONS}", 7)
+        with pytest.raises(PolicyError, match="served episode_start_failed: RuntimeError: no weights for seed 13"):
+            executed(policy, [13])
+        ((actions, _),) = executed(policy, [3])
+        np.testing.assert_array_equal(actions, executed(EpisodeMemory(), [3])[0][0])
+        policy.close()
+        future.cancel()
+
+
 def test_our_ws_server_is_not_mistaken_for_a_vla_eval_server() -> None:
     with (
         ServerThread("spy_policies:EpisodeMemory", ServerConfig(port=0)) as url,

@@ -1,10 +1,11 @@
 """The plugin side of serving: a policy that lives in a server, behind the ``Policy`` interface.
 
 ``ws://`` speaks this package's protocol: each episode is opened on the server (its state reset
-there), stepped, and closed when the next one starts. ``openpi://`` speaks openpi's protocol,
-which has no episode boundary. Whatever goes wrong between the evaluation and the server
-(unreachable, timeout, dropped connection, refused request) is a ``ServerError``; a fault the
-server reports from the policy itself is a ``PolicyError``. Both make the episode an error,
+there), stepped, and closed when it ends (or, after an error, when the next one starts).
+``openpi://`` speaks openpi's protocol, which has no episode boundary; ``vla-eval://`` speaks
+vla-eval's (see ``vla_eval_client.py``). Whatever goes wrong between the evaluation and the
+server (unreachable, timeout, dropped connection, refused request) is a ``ServerError``; a fault
+the server reports from the policy itself is a ``PolicyError``. Both make the episode an error,
 never a failure.
 """
 

@@ -61,6 +61,8 @@ class VlaEvalPolicy(_RemoteBase):
             raise PolicyError(f"cannot send this observation to a vla-eval server: {exc}") from None
         kind, payload, reply_seq = self._parse(self.link.exchange(frame, self.remote.timeout_s))
         if kind == "error":
+            if reply_seq != seq:  # about an earlier frame (a failed episode_start): our reply is still coming
+                self._drop()
             raise PolicyError(f"served {payload.get('error', 'error without a message')}")
         if kind != "action" or reply_seq != seq:
             self._drop()
