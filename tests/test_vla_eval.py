@@ -159,6 +159,7 @@ def test_client_executes_the_same_actions_as_the_in_process_policy(hosted, split
         (r.success, r.episode_return, r.length) for _, r in local
     ]
     assert remote_policy.name == "HostedPolicy" and remote_policy.chunk_size == (1 if split_chunks else 2)
+    assert remote_policy.config["capabilities"] == {} and remote_policy.config["harness_version"] == "0.8.0"
     remote_policy.close()
 
 

@@ -38,7 +38,16 @@ class VlaEvalPolicy(_RemoteBase):
         # Chunks are as long as the server makes them; K only bounds what is executed.
         self.chunk_size = remote.chunk_size or 1
         self.name = str(self.server_info.get("model_server") or "vla-eval")
-        self.config = {"server": remote.url, "protocol": "vla-eval", "chunk_size": remote.chunk_size}
+        self.config = {
+            "server": remote.url,
+            "protocol": "vla-eval",
+            "chunk_size": remote.chunk_size,
+            **{
+                key: self.server_info[key]
+                for key in ("harness_version", "capabilities", "action_spec")
+                if key in self.server_info
+            },
+        }
 
     def reset(self, episode: EpisodeInfo) -> None:
         self._end({"aborted": True})  # the previous episode ended in an error: its state is freed all the same
