@@ -1,3 +1,18 @@
 """pytest-vlaeval: evaluate Vision-Language-Action policies on simulation benchmarks with pytest."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.api import Summary
+
 __version__ = "0.1.0"
+
+
+def evaluate(policy: Any, benchmark: str = "short", **kwargs: Any) -> Summary:
+    """Evaluate a policy from Python (see ``pytest_vlaeval.api.evaluate``); imported on first use,
+    so that importing this package, which every pytest run does, stays cheap."""
+    from pytest_vlaeval.api import evaluate as run
+
+    return run(policy, benchmark, **kwargs)

@@ -73,7 +73,11 @@ def run_episode(
             break
     if on_frame is not None:
         on_frame(obs)
-    return EpisodeResult(success=success_once, episode_return=total_return, length=length)
+    result = EpisodeResult(success=success_once, episode_return=total_return, length=length)
+    end_episode = getattr(policy, "end_episode", None)
+    if end_episode is not None:
+        _policy_call(end_episode, result)
+    return result
 
 
 def policy_view(obs: dict[str, Any], keys: tuple[str, ...], instruction: str) -> dict[str, Any]:

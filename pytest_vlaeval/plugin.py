@@ -29,7 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--policy",
         metavar="SPEC",
         help="module:attr (class or factory), a built-in: random, zero, or a policy server: ws://HOST:PORT, "
-        "openpi://HOST:PORT [random]",
+        "openpi://HOST:PORT, vla-eval://HOST:PORT [random]",
     )
     group.addoption(
         "--vla-serve",
@@ -43,6 +43,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--vla-tasks", metavar="IDS", help="comma-separated env ids to evaluate (within the split)")
     group.addoption("--vla-results", metavar="DIR", help=f"output root; each run writes DIR/<run>/ [{DEFAULT_RESULTS}]")
+    group.addoption(
+        "--vla-run-name",
+        metavar="NAME",
+        help="name of the run's directory under --vla-results [benchmark-split-policy]",
+    )
     group.addoption(
         "--vla-render",
         choices=("auto", "gpu", "cpu"),

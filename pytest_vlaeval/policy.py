@@ -11,9 +11,13 @@ A policy is any object with:
     ``obs`` holds the benchmark's policy-visible keys (for MIKASA: ``rgb`` (1, 128, 128, 6) uint8
     and ``proprio`` (1, 7) float32, as torch tensors) and ``instruction`` (str). Return one action
     of shape (D,) or (1, D), or a chunk of shape (K, D) or (1, K, D), as numpy or torch, finite.
+``end_episode(result) -> None`` (optional)
+    Called after the episode's last step with its ``EpisodeResult`` (success, return, length);
+    served policies pass it on to protocols with episode boundaries.
 
 ``--policy`` takes ``module:attr`` (a class or a zero-argument factory), a built-in name, or a
-policy server's address (``ws://HOST:PORT``, ``openpi://HOST:PORT``; see ``serving/``).
+policy server's address (``ws://HOST:PORT``, ``openpi://HOST:PORT``, ``vla-eval://HOST:PORT``;
+see ``serving/``).
 """
 
 from __future__ import annotations
@@ -105,12 +109,12 @@ def resolve_policy_factory(spec: str) -> Any:
     return factory
 
 
-def build_policy(spec: str, action_dim: int) -> Policy:
+def build_policy(spec: str, action_dim: int, benchmark: str = "") -> Policy:
     """Instantiate the policy a spec names and check it honours the interface."""
-    if "://" in spec:  # a policy server: ws://HOST:PORT or openpi://HOST:PORT
+    if "://" in spec:  # a policy server: ws://, openpi:// or vla-eval://HOST:PORT
         from pytest_vlaeval.serving.client import connect_policy
 
-        return connect_policy(spec, action_dim)
+        return connect_policy(spec, action_dim, benchmark)
     try:
         factory = resolve_policy_factory(spec)
     except SpecError as exc:  # in a worker, a policy that cannot be found fails its episodes
@@ -121,6 +125,11 @@ def build_policy(spec: str, action_dim: int) -> Policy:
         raise  # the episode's deadline (or a server fault) interrupted it: not the factory's own fault
     except Exception as exc:
         raise PolicyError(f"policy factory {spec!r} raised {type(exc).__name__}: {exc}") from exc
+    return checked_policy(policy, spec)
+
+
+def checked_policy(policy: Any, spec: str) -> Policy:
+    """``policy`` if it honours the interface, else ``PolicyError`` saying what it lacks."""
     missing = [name for name in ("chunk_size", "reset", "act") if not hasattr(policy, name)]
     if missing:
         raise PolicyError(f"policy {spec!r} ({type(policy).__name__}) lacks {', '.join(missing)}")

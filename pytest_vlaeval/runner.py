@@ -99,7 +99,8 @@ class EpisodeRunner:
             raise self._policy_error
         if self._policy is None:
             try:
-                self._policy = build_policy(self.policy_spec, self.selection.benchmark.env.action_dim)
+                benchmark = self.selection.benchmark
+                self._policy = build_policy(self.policy_spec, benchmark.env.action_dim, benchmark.name)
             except PolicyError as exc:
                 self._policy_error = exc
                 raise

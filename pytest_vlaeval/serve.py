@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.serving.server import PolicyServer, ServerConfig
+from pytest_vlaeval.serving.server import PROTOCOLS, PolicyServer, ServerConfig
 from pytest_vlaeval.serving.url import TOKEN_ENV
 
 log = logging.getLogger("pytest_vlaeval.serving")
@@ -32,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", required=True, help="module:attr (class or factory), or a built-in: random, zero")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind [127.0.0.1: this machine only]")
     parser.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one [8000]")
-    parser.add_argument("--protocol", choices=("vlaeval", "openpi"), default="vlaeval", help="wire protocol [vlaeval]")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="vlaeval", help="wire protocol [vlaeval]")
     parser.add_argument("--action-dim", type=int, default=7, help="action dimension D [7]")
     parser.add_argument("--max-batch-size", type=_positive(int), default=16, help="1 is the exact mode [16]")
     parser.add_argument(

@@ -180,6 +180,9 @@ def _run_context(config: pytest.Config) -> RunContext:
     results_root = Path(config.getoption("vla_results") or config.getini("vla_results"))
     if not results_root.is_absolute():
         results_root = config.invocation_params.dir / results_root
+    run_name = config.getoption("vla_run_name") or run_dir_name(selection, policy_spec)
+    if run_name in (".", "..") or "/" in run_name or os.sep in run_name:
+        raise SpecError(f"--vla-run-name {run_name!r}: expected a directory name, not a path")
     rerun = config.getoption("vla_rerun")
     if rerun is not None and rerun not in RERUN_MODES:
         raise SpecError(f"--vla-rerun {rerun!r}; valid: {', '.join(RERUN_MODES)}")
@@ -196,7 +199,7 @@ def _run_context(config: pytest.Config) -> RunContext:
         selection,
         policy_spec,
         render,
-        results_root / run_dir_name(selection, policy_spec),
+        results_root / run_name,
         retries=retries,
         shard=parse_shard(shard_arg) if shard_arg else None,
         rerun=rerun,

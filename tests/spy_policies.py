@@ -23,3 +23,24 @@ class Spy:
         Spy.instructions.add(obs["instruction"])
         Spy.calls += 1
         return np.zeros(7, dtype=np.float32)
+
+
+class EpisodeMemory:
+    """Chunks of two whose values depend on everything its own episode showed it, so any state
+    shared between episodes, or any observation lost or altered on the wire, changes them."""
+
+    chunk_size = 2
+
+    def reset(self, episode) -> None:
+        self.total = (episode.seed % 97) / 100
+        self.calls = 0
+
+    def act(self, obs: dict) -> np.ndarray:
+        rgb = np.asarray(obs["rgb"], dtype=np.float64)
+        self.total += rgb.mean() / 255 + rgb[..., 3:].std() / 100 + np.asarray(obs["proprio"]).mean() / 10
+        self.total += len(obs["instruction"]) / 100
+        self.calls += 1
+        chunk = np.tile(np.linspace(-0.3, 0.3, 7), (2, 1))
+        chunk[:, 0] = 0.45 + self.total % 0.5  # above or below the fake env's seed-dependent bar
+        chunk[1, 1] = self.calls / 10
+        return chunk.astype(np.float32)

@@ -109,7 +109,10 @@ def test_an_unreachable_server_makes_every_episode_an_error(fake: pytest.Pyteste
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--policy=wss://host:1"], "--policy 'wss://host:1': expected ws://HOST:PORT or openpi://HOST:PORT"),
+        (
+            ["--policy=wss://host:1"],
+            "--policy 'wss://host:1': expected ws://HOST:PORT, openpi://HOST:PORT[?chunk_size=K] or vla-eval://HOST:PORT",
+        ),
         (["--vla-serve=random", "--policy=zero"], "--vla-serve serves the policy it names; it does not combine"),
         (["--vla-serve=no_such_module:make"], "module 'no_such_module' is not importable"),
     ],

@@ -1,10 +1,11 @@
 """The plugin side of serving: a policy that lives in a server, behind the ``Policy`` interface.
 
 ``ws://`` speaks this package's protocol: each episode is opened on the server (its state reset
-there), stepped, and closed when the next one starts. ``openpi://`` speaks openpi's protocol,
-which has no episode boundary. Whatever goes wrong between the evaluation and the server
-(unreachable, timeout, dropped connection, refused request) is a ``ServerError``; a fault the
-server reports from the policy itself is a ``PolicyError``. Both make the episode an error,
+there), stepped, and closed when it ends (or, after an error, when the next one starts).
+``openpi://`` speaks openpi's protocol, which has no episode boundary; ``vla-eval://`` speaks
+vla-eval's (see ``vla_eval_client.py``). Whatever goes wrong between the evaluation and the
+server (unreachable, timeout, dropped connection, refused request) is a ``ServerError``; a fault
+the server reports from the policy itself is a ``PolicyError``. Both make the episode an error,
 never a failure.
 """
 
@@ -36,9 +37,13 @@ class RemoteTraceback(Exception):
     """The traceback a server reported for a policy fault, shown under the episode error."""
 
 
-def connect_policy(spec: str, action_dim: int) -> RemotePolicy | OpenpiPolicy:
-    """The policy behind a ``ws://`` or ``openpi://`` spec, connected and checked."""
+def connect_policy(spec: str, action_dim: int, benchmark: str = "") -> Any:
+    """The policy behind a ``ws://``, ``openpi://`` or ``vla-eval://`` spec, connected and checked."""
     remote = parse_remote_spec(spec)
+    if remote.scheme == "vla-eval":
+        from pytest_vlaeval.serving.vla_eval_client import VlaEvalPolicy
+
+        return VlaEvalPolicy(remote, action_dim, benchmark)
     return (RemotePolicy if remote.scheme == "ws" else OpenpiPolicy)(remote, action_dim)
 
 
@@ -55,8 +60,9 @@ class Link:
     def connected(self) -> bool:
         return self._ws is not None
 
-    def connect(self) -> bytes | str:
-        """Connect, retrying with backoff for ``connect_timeout``; returns the server's first frame."""
+    def connect(self, greeting: bytes | None = None) -> bytes | str:
+        """Connect, retrying with backoff for ``connect_timeout``; returns the server's first frame
+        (the reply to ``greeting`` for protocols where the client speaks first)."""
         url = self.remote.url
         deadline = time.monotonic() + self.remote.connect_timeout_s
         pause = BACKOFF_S[0]
@@ -74,6 +80,8 @@ class Link:
                 )
                 ws = connection.__enter__()  # it outlives this call: close() exits it
                 try:
+                    if greeting is not None:
+                        ws.send(greeting)
                     first = ws.recv(timeout=max(remaining, 0.1))
                 except BaseException:
                     ws.close()
@@ -98,12 +106,21 @@ class Link:
             time.sleep(pause)
             pause = min(pause * 2, BACKOFF_S[1])
 
-    def exchange(self, frame: bytes, timeout_s: float) -> bytes | str:
-        """Send one frame and wait for one reply; any failure drops the connection."""
+    def send(self, frame: bytes) -> None:
+        """Send one frame; a failure drops the connection."""
         if self._ws is None:
             raise ServerError(f"not connected to {self.remote.url} (the connection was lost earlier)")
         try:
             self._ws.send(frame)
+        except ConnectionClosed as exc:
+            self.close()
+            raise ServerError(f"lost the connection to {self.remote.url}: {exc}") from None
+
+    def exchange(self, frame: bytes, timeout_s: float) -> bytes | str:
+        """Send one frame and wait for one reply; any failure drops the connection."""
+        self.send(frame)
+        assert self._ws is not None
+        try:
             return self._ws.recv(timeout=timeout_s)
         except TimeoutError:
             self.close()
@@ -184,6 +201,10 @@ class RemotePolicy(_RemoteBase):
         actions = reply["actions"]
         self._step += len(actions) if actions.ndim > 1 else 1
         return actions
+
+    def end_episode(self, result: Any) -> None:
+        """Close the episode on the server now, freeing its slot for another worker's episode."""
+        self._close_episode()
 
     def close(self) -> None:
         self._close_episode()

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pytest_vlaeval.errors import PolicyError
-from pytest_vlaeval.policy import EpisodeInfo, Policy, as_action_chunk, build_policy, describe_policy
+from pytest_vlaeval.policy import EpisodeInfo, Policy, as_action_chunk, build_policy, checked_policy, describe_policy
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -45,10 +45,11 @@ Outcome = np.ndarray | PolicyError
 
 
 class PolicyEngine:
-    def __init__(self, spec: str, action_dim: int) -> None:
+    def __init__(self, spec: str, action_dim: int, factory: Callable[[], Any] | None = None) -> None:
         self.spec = spec
         self.action_dim = action_dim
-        self.policy = build_policy(spec, action_dim)
+        self.factory = factory
+        self.policy = self._build()
         self.batched = callable(getattr(self.policy, "act_batch", None))
         self.chunk_size: int = self.policy.chunk_size
         self.model = describe_policy(self.policy, spec)
@@ -60,7 +61,7 @@ class PolicyEngine:
         if self.batched:
             _call(getattr(self.policy, "open_episode", None), "open_episode", episode)
             return
-        instance = self._idle.pop() if self._idle else build_policy(self.spec, self.action_dim)
+        instance = self._idle.pop() if self._idle else self._build()
         self._instances[episode.id] = instance
         _call(instance.reset, "reset", episode.info)
 
@@ -89,6 +90,11 @@ class PolicyEngine:
         instance = self._instances.pop(episode.id, None)
         if instance is not None:
             self._idle.append(instance)
+
+    def _build(self) -> Policy:
+        if self.factory is None:
+            return build_policy(self.spec, self.action_dim)
+        return checked_policy(_call(self.factory, "factory"), self.spec)
 
     def _outcome(self, fn: Any, name: str, arg: Any) -> Outcome:
         try:

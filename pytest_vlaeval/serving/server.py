@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -38,7 +38,7 @@ log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
 
-PROTOCOLS = ("vlaeval", "openpi")
+PROTOCOLS = ("vlaeval", "openpi", "vla-eval")
 REAPED_MEMORY = 1024
 """How many reaped episode ids are remembered, to tell a late client why its episode is gone."""
 
@@ -92,10 +92,12 @@ class _OpenEpisode:
 
 
 class PolicyServer:
-    def __init__(self, spec: str, config: ServerConfig) -> None:
+    def __init__(self, spec: str, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
+        """``factory`` (optional) makes the policy instead of the one ``spec`` names; ``spec`` then names it in logs."""
         if config.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {config.protocol!r}")
         self.spec = spec
+        self.factory = factory
         self.config = config
         self.engine: PolicyEngine | None = None
         self.requests = 0
@@ -132,7 +134,7 @@ class PolicyServer:
 
     async def load(self) -> None:
         """Build the policy on the policy thread; raises ``PolicyError`` or ``SpecError``."""
-        engine = await self._in_policy_thread(PolicyEngine, self.spec, self.config.action_dim)
+        engine = await self._in_policy_thread(PolicyEngine, self.spec, self.config.action_dim, self.factory)
         self._metadata = {
             "type": "metadata",
             "protocol": protocol.PROTOCOL if self.config.protocol == "vlaeval" else "openpi",
@@ -210,17 +212,21 @@ class PolicyServer:
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = "application/json"
             return response
-        if self.config.token and not self._authorized(request.headers.get("Authorization", "")):
+        if self.config.token and not self._authorized(request.headers.get("Authorization", ""), request.path):
             log.warning("refused a connection from %s: missing or wrong token", connection.remote_address)
             return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
         if self.engine is None:
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "the policy is still loading\n")
         return None
 
-    def _authorized(self, header: str) -> bool:
+    def _authorized(self, header: str, path: str) -> bool:
+        """The token from the header, or from ``?token=`` for clients that cannot set headers (vla-eval's)."""
         scheme, _, value = header.partition(" ")
-        token = self.config.token or ""
-        return scheme.lower() in ("bearer", "api-key") and hmac.compare_digest(value.strip().encode(), token.encode())
+        token = (self.config.token or "").encode()
+        if scheme.lower() in ("bearer", "api-key") and hmac.compare_digest(value.strip().encode(), token):
+            return True
+        query = dict(parse_qsl(urlsplit(path).query))
+        return "token" in query and hmac.compare_digest(query["token"].encode(), token)
 
     # -- connections -------------------------------------------------------------------------
 
@@ -229,6 +235,11 @@ class PolicyServer:
         serve_frames = self._vlaeval_frame if self.config.protocol == "vlaeval" else self._openpi_frame
         self._connections += 1
         try:
+            if self.config.protocol == "vla-eval":  # the harness speaks first; see vla_eval_server.py
+                from pytest_vlaeval.serving.vla_eval_server import serve_connection
+
+                await serve_connection(self, connection)
+                return
             await ws.send(protocol.pack(self._metadata))
             async for frame in ws:
                 await serve_frames(connection, frame)
@@ -421,7 +432,7 @@ class PolicyServer:
 
     def _could_request(self) -> int:
         """How many requests could be waiting at most: one per open episode, or per openpi connection."""
-        return len(self._episodes) if self.config.protocol == "vlaeval" else self._connections
+        return self._connections if self.config.protocol == "openpi" else len(self._episodes)
 
     # -- the policy thread ---------------------------------------------------------------------
 

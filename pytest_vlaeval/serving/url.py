@@ -1,10 +1,11 @@
-"""Remote policy specs: ``ws://host:port`` (this package's protocol) and ``openpi://host:port``.
+"""Remote policy specs: ``ws://host:port`` (this package's protocol), ``openpi://host:port`` and
+``vla-eval://host:port`` (vla-eval's model-server protocol).
 
 Kept free of network imports so the session can check a spec before any worker starts.
 Options ride in the query string: ``timeout`` (seconds to wait for a reply, default 120),
 ``connect_timeout`` (seconds to keep retrying a connection, default 60), ``server_pid`` (the
 server's process on this host, which ``--vla-serve`` adds so that a dead server fails fast) and,
-for openpi, ``chunk_size`` (actions executed per inference). The token, if the server wants one, comes from
+for openpi and vla-eval, ``chunk_size`` (at most this many actions of a reply are executed). The token, if the server wants one, comes from
 the ``VLAEVAL_SERVE_TOKEN`` environment variable, so it never lands in run names or logs.
 """
 
@@ -18,11 +19,9 @@ from pytest_vlaeval.errors import SpecError
 TOKEN_ENV = "VLAEVAL_SERVE_TOKEN"
 SERVED_URL_KEY = "vla_served_url"
 """xdist ``workerinput`` key: the address of the session's own server (``--vla-serve``)."""
-SCHEMES = ("ws", "openpi")
-_OPTIONS = {
-    "ws": ("timeout", "connect_timeout", "server_pid"),
-    "openpi": ("timeout", "connect_timeout", "chunk_size"),
-}
+SCHEMES = ("ws", "openpi", "vla-eval")
+_CHUNKED = ("timeout", "connect_timeout", "chunk_size")
+_OPTIONS = {"ws": ("timeout", "connect_timeout", "server_pid"), "openpi": _CHUNKED, "vla-eval": _CHUNKED}
 _INTEGER_OPTIONS = ("chunk_size", "server_pid")
 
 
@@ -50,7 +49,7 @@ def is_remote(spec: str) -> bool:
 
 def parse_remote_spec(spec: str) -> RemoteSpec:
     """Parse and check a remote policy spec; raises ``SpecError`` saying what is wrong."""
-    usage = f"--policy {spec!r}: expected ws://HOST:PORT or openpi://HOST:PORT[?chunk_size=K]"
+    usage = f"--policy {spec!r}: expected ws://HOST:PORT, openpi://HOST:PORT[?chunk_size=K] or vla-eval://HOST:PORT"
     parts = urlsplit(spec)
     try:
         port = parts.port
