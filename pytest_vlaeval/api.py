@@ -116,7 +116,10 @@ def evaluate(
     results_root = Path(results).resolve()
     name = run_name or f"{_label(policy).replace(':', '.')}-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
     args += ["--vla-results", str(results_root), "--vla-run-name", name]
-    env = dict(os.environ)
+    # The session is a fresh pytest run: it must not think it is a worker of a caller's own xdist run.
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     with _served(policy, benchmark, env) as spec:
         exit_code, output = _run_session([*args, "--policy", spec], env)
