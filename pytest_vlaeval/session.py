@@ -117,7 +117,6 @@ def _start_controller(
 
     sequential = None
     try:
-        store.check_writable()
         if run.sequential:
             from pytest_vlaeval.sequential_gate import SequentialGate
 
@@ -126,6 +125,7 @@ def _start_controller(
         scheduler.install(config, run.selection, sequential.scheduling() if sequential else None)
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run)
+        store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
