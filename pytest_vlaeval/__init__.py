@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pytest_vlaeval.version import __version__
+
 if TYPE_CHECKING:
     from pytest_vlaeval.api import Summary
 
-__version__ = "0.1.0"
+__all__ = ["__version__", "evaluate"]
 
 
 def evaluate(policy: Any, benchmark: str = "short", **kwargs: Any) -> Summary:

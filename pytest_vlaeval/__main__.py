@@ -11,14 +11,14 @@ import sys
 import warnings
 from pathlib import Path
 
-from pytest_vlaeval import assets
+from pytest_vlaeval.envs import assets
 from pytest_vlaeval.spec import resolve_benchmark
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["merge"]:
-        from pytest_vlaeval.merge import main as merge_main
+        from pytest_vlaeval.results.merge import main as merge_main
 
         return merge_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m pytest_vlaeval")

@@ -21,32 +21,61 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.serving.server import PROTOCOLS, PolicyServer, ServerConfig
+from pytest_vlaeval.policy.loading import local_reference
+from pytest_vlaeval.serving.connection import PROTOCOLS, ServerConfig
+from pytest_vlaeval.serving.server import PolicyServer
 from pytest_vlaeval.serving.url import TOKEN_ENV
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
 
 def parser() -> argparse.ArgumentParser:
+    default = ServerConfig()
     parser = argparse.ArgumentParser(prog="vlaeval-serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", required=True, help="module:attr (class or factory), or a built-in: random, zero")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind [127.0.0.1: this machine only]")
-    parser.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one [8000]")
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="vlaeval", help="wire protocol [vlaeval]")
-    parser.add_argument("--action-dim", type=int, default=7, help="action dimension D [7]")
-    parser.add_argument("--max-batch-size", type=_positive(int), default=16, help="1 is the exact mode [16]")
+    parser.add_argument("--host", default=default.host, help=f"address to bind [{default.host}: this machine only]")
+    parser.add_argument("--port", type=int, default=default.port, help=f"port; 0 picks a free one [{default.port}]")
     parser.add_argument(
-        "--max-wait-ms", type=_non_negative, default=5.0, help="longest a request waits for batch mates [5]"
-    )
-    parser.add_argument("--max-episodes", type=_positive(int), default=64, help="episodes open at once [64]")
-    parser.add_argument(
-        "--admission-timeout-s", type=_positive(float), default=300.0, help="how long an open waits for a slot [300]"
+        "--protocol", choices=PROTOCOLS, default=default.protocol, help=f"wire protocol [{default.protocol}]"
     )
     parser.add_argument(
-        "--idle-timeout-s", type=_positive(float), default=900.0, help="close episodes idle this long [900]"
+        "--action-dim", type=int, default=default.action_dim, help=f"action dimension D [{default.action_dim}]"
     )
     parser.add_argument(
-        "--max-message-bytes", type=_positive(int), default=8 * 2**20, help="largest accepted frame [8 MiB]"
+        "--max-batch-size",
+        type=_positive(int),
+        default=default.max_batch_size,
+        help=f"1 is the exact mode [{default.max_batch_size}]",
+    )
+    parser.add_argument(
+        "--max-wait-ms",
+        type=_non_negative,
+        default=default.max_wait_ms,
+        help=f"longest a request waits for batch mates [{default.max_wait_ms:g}]",
+    )
+    parser.add_argument(
+        "--max-episodes",
+        type=_positive(int),
+        default=default.max_episodes,
+        help=f"episodes open at once [{default.max_episodes}]",
+    )
+    parser.add_argument(
+        "--admission-timeout-s",
+        type=_positive(float),
+        default=default.admission_timeout_s,
+        help=f"how long an open waits for a slot [{default.admission_timeout_s:g}]",
+    )
+    parser.add_argument(
+        "--idle-timeout-s",
+        type=_positive(float),
+        default=default.idle_timeout_s,
+        help=f"close episodes idle this long [{default.idle_timeout_s:g}]",
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=_positive(int),
+        default=default.max_message_bytes,
+        help=f"largest accepted frame [{default.max_message_bytes // 2**20} MiB]",
     )
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"required token [${TOKEN_ENV}]")
     parser.add_argument("--stop-on-stdin-eof", action="store_true", help="stop when standard input closes")
@@ -55,6 +84,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        local_reference(args.policy)  # a server serves a local policy; it never proxies another server
+    except SpecError as exc:
+        print(f"vlaeval-serve: error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s vlaeval-serve %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per health check otherwise
     config = ServerConfig(

@@ -13,22 +13,21 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_vlaeval.context import WORKER_PLAN, RunContext
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.policy import BUILTIN_POLICIES
+from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
-from pytest_vlaeval.subset import RERUN_MODES, parse_shard
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.record import EpisodeRecord
-    from pytest_vlaeval.runner import EpisodeRunner
-    from pytest_vlaeval.sequential_gate import SequentialSettings
-    from pytest_vlaeval.store import RunStore
+    from pytest_vlaeval.episodes.runner import EpisodeRunner
+    from pytest_vlaeval.results.record import EpisodeRecord
+    from pytest_vlaeval.results.sequential_gate import SequentialSettings
+    from pytest_vlaeval.results.store import RunStore
 
 THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
@@ -38,38 +37,9 @@ THIRD_PARTY_WARNINGS = (
 """Warnings the simulator stack emits on every env, which say nothing about the policy."""
 
 
-@dataclass(frozen=True)
-class RunContext:
-    selection: Selection
-    policy_spec: str
-    render: str
-    run_dir: Path
-    retries: int = 0
-    shard: tuple[int, int] | None = None
-    rerun: str | None = None
-    baseline: Path | None = None
-    max_drop: float = 0.05
-    gate_alpha: float | None = None
-    timeout: float | None = None
-    video: str = "none"
-    episodes: frozenset[tuple[str, int]] = frozenset()
-    """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
-    subset_note: str | None = None
-    sequential: SequentialSettings | None = None
-    """``--vla-sequential``: seeds in blocks, early stop (``sequential_gate``)."""
-
-    @property
-    def store_label(self) -> str:
-        return f"shard{self.shard[0]}of{self.shard[1]}" if self.shard else ""
-
-
-WORKER_PLAN = "vla_plan"
-"""``workerinput`` key: the episode ids the controller chose, so all workers collect the same."""
-
-
 def start(config: pytest.Config) -> None:
     """Every process collects the episodes; the controller also checks, stores and reports."""
-    from pytest_vlaeval.store import RunStore
+    from pytest_vlaeval.results.store import RunStore
 
     try:
         run = _run_context(config)
@@ -82,7 +52,7 @@ def start(config: pytest.Config) -> None:
             run = _plan(run, history)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
-    from pytest_vlaeval.deadline import keep_session_stderr
+    from pytest_vlaeval.episodes.deadline import keep_session_stderr
 
     keep_session_stderr()
     _register_markers(config, run.selection)
@@ -94,8 +64,8 @@ def start(config: pytest.Config) -> None:
 
 
 def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
-    from pytest_vlaeval.collect import BenchmarkCollection, EpisodeReports, Plan
-    from pytest_vlaeval.runner import EpisodeRunner
+    from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
+    from pytest_vlaeval.episodes.runner import EpisodeRunner
 
     runner = EpisodeRunner(run.selection, run.policy_spec, run.render, run.timeout, (run.video, run.run_dir / "videos"))
     if config.getoption("vla_serve") and hasattr(config, "workerinput"):
@@ -111,14 +81,15 @@ def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
 def _start_controller(
     config: pytest.Config, run: RunContext, runner: EpisodeRunner, store: RunStore, history: list[EpisodeRecord]
 ) -> None:
-    from pytest_vlaeval import placement, render, scheduler
-    from pytest_vlaeval.controller import ResultsController
-    from pytest_vlaeval.store import fingerprint
+    from pytest_vlaeval.controller.adapter import ResultsController
+    from pytest_vlaeval.distribute import placement, scheduler
+    from pytest_vlaeval.envs import render
+    from pytest_vlaeval.results.store import fingerprint
 
     sequential = None
     try:
         if run.sequential:
-            from pytest_vlaeval.sequential_gate import SequentialGate
+            from pytest_vlaeval.results.sequential_gate import SequentialGate
 
             sequential = SequentialGate.create(run)
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
@@ -139,8 +110,8 @@ def _start_controller(
 
 def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
     """Narrow the universe to this session's episodes: a shard, then what the store says."""
-    from pytest_vlaeval.store import latest
-    from pytest_vlaeval.subset import shard, still_to_run
+    from pytest_vlaeval.results.store import latest
+    from pytest_vlaeval.results.subset import shard, still_to_run
 
     universe = run.selection.episode_ids
     chosen = shard(run.selection, *run.shard) if run.shard else universe
@@ -159,7 +130,7 @@ def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
 
 
 def _run_context(config: pytest.Config) -> RunContext:
-    from pytest_vlaeval.store import run_dir_name
+    from pytest_vlaeval.results.store import run_dir_name
 
     _check_numeric_options(config)
     benchmark, split = resolve_benchmark(config.getoption("benchmark"))
@@ -240,7 +211,7 @@ def _check_numeric_options(config: pytest.Config) -> None:
 
 
 def _sequential(config: pytest.Config) -> SequentialSettings | None:
-    from pytest_vlaeval.sequential_gate import settings
+    from pytest_vlaeval.results.sequential_gate import settings
 
     return settings(
         sequential=config.getoption("vla_sequential"),
@@ -255,16 +226,17 @@ def _sequential(config: pytest.Config) -> SequentialSettings | None:
 
 def _check_policy_spec(spec: str) -> None:
     """Catch a typo'd policy before any worker starts, without importing the user's module."""
-    if spec in BUILTIN_POLICIES:
-        return
-    if "://" in spec:
+    from pytest_vlaeval.policy.loading import is_remote, local_reference
+
+    if is_remote(spec):
         from pytest_vlaeval.serving.url import parse_remote_spec
 
         parse_remote_spec(spec)
         return
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise SpecError(f"--policy {spec!r}: expected module:attr or one of {', '.join(BUILTIN_POLICIES)}")
+    reference = local_reference(spec)
+    if reference is None:
+        return
+    module, attr = reference
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError):

@@ -37,7 +37,7 @@ from bench_serving import CHUNK, BenchPolicy, episode, mikasa_obs
 from vla_eval.model_servers.predict import PredictModelServer
 from vla_eval.model_servers.serve import serve_async
 
-from pytest_vlaeval.policy import build_policy
+from pytest_vlaeval.policy.loading import build_policy
 from pytest_vlaeval.serving.launcher import ServerProcess
 from pytest_vlaeval.serving.vla_eval_protocol import from_wire_observation
 

@@ -109,7 +109,7 @@ def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes
 def reference_main(tasks: list[str], episodes: int) -> None:
     """``evaluate_task`` for each task with the plugin's random policy, reseeded per episode
     exactly as the plugin does; prints the per-task results as one JSON line."""
-    from pytest_vlaeval import render
+    from pytest_vlaeval.envs import render
 
     backend = render.resolve_backend("auto")
     render.set_backend_env(backend)

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_vlaeval.policy import EpisodeInfo, build_policy
+from pytest_vlaeval.policy import EpisodeInfo
+from pytest_vlaeval.policy.loading import build_policy
 from pytest_vlaeval.serving.client import RemotePolicy, connect_policy
 from pytest_vlaeval.serving.launcher import ServerProcess
 

@@ -36,8 +36,8 @@ BENCHMARK = {
     "version": "mikasa-robo-suite==1.0.0",
     "benchmark_commit": "16634db18bef08128ed79346469c86fc12169aed",
     "env": {
-        "factory": "pytest_vlaeval.mikasa:make_env",
-        "preflight": "pytest_vlaeval.render",
+        "factory": "pytest_vlaeval.envs.mikasa:make_env",
+        "preflight": "pytest_vlaeval.envs.render",
         "obs_mode": "rgb",
         "control_mode": "pd_ee_delta_pose",
         "reward_mode": "normalized_dense",

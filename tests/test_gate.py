@@ -12,10 +12,16 @@ import numpy as np
 import pytest
 from helpers import assert_one_line_usage_error, read_json, run_dir
 
-from pytest_vlaeval.gate import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED
-from pytest_vlaeval.sequential import betting_bounds, drop_verdict, min_sr_verdict
-from pytest_vlaeval.sequential_gate import DEFAULT_UNDECIDED_EXIT
-from pytest_vlaeval.stats import mcnemar_exact, paired_seed_sums, seed_clustered_interval, sign_flip_exact, wilson
+from pytest_vlaeval.results.gate import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED
+from pytest_vlaeval.results.sequential import betting_bounds, drop_verdict, min_sr_verdict
+from pytest_vlaeval.results.sequential_gate import DEFAULT_UNDECIDED_EXIT
+from pytest_vlaeval.results.stats import (
+    mcnemar_exact,
+    paired_seed_sums,
+    seed_clustered_interval,
+    sign_flip_exact,
+    wilson,
+)
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 

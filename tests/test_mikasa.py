@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import episode_records, read_json
 
+from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
-from pytest_vlaeval.runner import EpisodeRunner
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 pytestmark = pytest.mark.mikasa
@@ -118,7 +118,7 @@ def test_parity_with_the_reference_run_episode_on_fresh_envs(serial) -> None:
     from mikasa_robo_suite.vla import benchmarking
     from mikasa_robo_suite.vla.utils.apply_wrappers import apply_mikasa_vla_wrappers
 
-    from pytest_vlaeval import render
+    from pytest_vlaeval.envs import render
 
     render.set_backend_env("cpu")
     render.apply_cpu_patches()
@@ -179,7 +179,7 @@ def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
 
 def test_render_check_passes_on_this_machine() -> None:
     check = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval.render", "auto"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "pytest_vlaeval.envs.render", "auto"], capture_output=True, text=True, timeout=300
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.strip().splitlines()[-1] in ("cpu", "gpu")
@@ -231,7 +231,7 @@ def test_a_render_backend_that_cannot_work_fails_fast_in_one_line(tmp_path: Path
 
     forced_gpu = ["--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1", "--vla-render=gpu"]
     check = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval.render", "gpu"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "pytest_vlaeval.envs.render", "gpu"], capture_output=True, text=True, timeout=300
     )
     if torch.cuda.is_available():
         assert check.returncode == 0 and check.stdout.strip().endswith("gpu"), check.stdout + check.stderr
@@ -252,8 +252,8 @@ def test_a_missing_asset_pack_never_waits_on_maniskills_download_prompt(monkeypa
     prompt for a missing pack becomes an AssetMissing error instead of a hang or an EOFError."""
     from mani_skill.utils import assets as maniskill_assets
 
+    from pytest_vlaeval.envs.mikasa import make_env
     from pytest_vlaeval.errors import AssetMissing
-    from pytest_vlaeval.mikasa import make_env
 
     monkeypatch.setattr(maniskill_assets, "is_data_source_downloaded", lambda asset_id: False)  # on any machine
     benchmark, _ = resolve_benchmark("mikasa:short")

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from pytest_vlaeval import placement
+from pytest_vlaeval.distribute import placement
 from pytest_vlaeval.errors import SpecError
 
 

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from helpers import episode_records, run_dir
 
+from pytest_vlaeval.distribute.scheduler import AffinityScheduling, task_of, uses_affinity
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.scheduler import AffinityScheduling, task_of, uses_affinity
 
 
 class MockGateway:
@@ -293,7 +293,7 @@ def test_an_explicit_dist_mode_falls_back_to_xdist(fake: pytest.Pytester) -> Non
 
 def test_sequential_blocks_keep_order_and_affinity_and_stop_when_settled(pytester: pytest.Pytester) -> None:
     """Blocks of 2 seeds, in the collection's block-major order; each worker keeps its task's env."""
-    from pytest_vlaeval.scheduler import SequentialBlocks
+    from pytest_vlaeval.distribute.scheduler import SequentialBlocks
 
     collection = [f"s::{task}::{seed}" for block in range(3) for task in "AB" for seed in (2 * block, 2 * block + 1)]
     settled = []

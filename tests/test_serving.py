@@ -33,10 +33,11 @@ from websockets.sync.client import ClientConnection, connect
 
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
+from pytest_vlaeval.policy.contract import episode_rng
 from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving import server as server_module
-from pytest_vlaeval.serving.client import RemotePolicy, RemoteTraceback, connect_policy
-from pytest_vlaeval.serving.engine import episode_rng
+from pytest_vlaeval.serving.client import RemotePolicy, RemoteTraceback
+from pytest_vlaeval.serving.connect import connect_policy
 from pytest_vlaeval.serving.launcher import ServerProcess, ServerStartError
 from pytest_vlaeval.serving.server import PolicyServer, ServerConfig
 from pytest_vlaeval.serving.url import TOKEN_ENV

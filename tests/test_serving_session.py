@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_usage_error, episode_records
 
-from pytest_vlaeval.runner import EpisodeRunner
+from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 SERVED = '''
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from pytest_vlaeval.serving.engine import episode_rng
+from pytest_vlaeval.policy.contract import episode_rng
 
 
 class Noisy:

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_vlaeval import assets, render
+from pytest_vlaeval.envs import assets, render
 from pytest_vlaeval.errors import PolicyError, SpecError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy, as_action_chunk
-from pytest_vlaeval.record import EpisodeRecord
-from pytest_vlaeval.results import summary, task_result
+from pytest_vlaeval.results.canonical import summary, task_result
+from pytest_vlaeval.results.record import EpisodeRecord
+from pytest_vlaeval.results.store import RunStore, latest, run_dir_name
 from pytest_vlaeval.spec import resolve_benchmark, select
-from pytest_vlaeval.store import RunStore, latest, run_dir_name
 
 HERE = Path(__file__).parent
 

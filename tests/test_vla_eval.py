@@ -23,9 +23,10 @@ from vla_eval.connection import Connection
 from vla_eval.model_servers.predict import PredictModelServer
 from vla_eval.model_servers.serve import serve_async
 
-from pytest_vlaeval.episode import EpisodeResult, run_episode
+from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.errors import PolicyError, ServerError
-from pytest_vlaeval.policy import EpisodeInfo, build_policy
+from pytest_vlaeval.policy import EpisodeInfo
+from pytest_vlaeval.policy.loading import build_policy
 from pytest_vlaeval.serving.server import ServerConfig
 from pytest_vlaeval.serving.thread import ServerThread
 from pytest_vlaeval.serving.vla_eval_protocol import from_wire_observation

@@ -22,11 +22,11 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from pytest_vlaeval import __version__
 from pytest_vlaeval.errors import PolicyError, ServerError
-from pytest_vlaeval.policy import EpisodeInfo
+from pytest_vlaeval.policy.contract import EpisodeInfo, to_numpy
 from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving.url import TOKEN_ENV, RemoteSpec, parse_remote_spec
+from pytest_vlaeval.serving.url import TOKEN_ENV, RemoteSpec
+from pytest_vlaeval.version import __version__
 
 MAX_REPLY_BYTES = 16 * 2**20
 BACKOFF_S = (0.05, 2.0)
@@ -35,16 +35,6 @@ BACKOFF_S = (0.05, 2.0)
 
 class RemoteTraceback(Exception):
     """The traceback a server reported for a policy fault, shown under the episode error."""
-
-
-def connect_policy(spec: str, action_dim: int, benchmark: str = "") -> Any:
-    """The policy behind a ``ws://``, ``openpi://`` or ``vla-eval://`` spec, connected and checked."""
-    remote = parse_remote_spec(spec)
-    if remote.scheme == "vla-eval":
-        from pytest_vlaeval.serving.vla_eval_client import VlaEvalPolicy
-
-        return VlaEvalPolicy(remote, action_dim, benchmark)
-    return (RemotePolicy if remote.scheme == "ws" else OpenpiPolicy)(remote, action_dim)
 
 
 class Link:
@@ -162,7 +152,7 @@ class _RemoteBase:
     @staticmethod
     def numpy_obs(obs: dict[str, Any]) -> dict[str, Any]:
         """Tensors become numpy arrays (the wire carries numpy); strings and numbers pass as they are."""
-        return {key: value.detach().cpu().numpy() if hasattr(value, "detach") else value for key, value in obs.items()}
+        return {key: to_numpy(value) for key, value in obs.items()}
 
 
 class RemotePolicy(_RemoteBase):

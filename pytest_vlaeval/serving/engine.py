@@ -10,7 +10,6 @@ close) and is called once per request: concurrent episodes can never share its s
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from pytest_vlaeval.errors import PolicyError
-from pytest_vlaeval.policy import EpisodeInfo, Policy, as_action_chunk, build_policy, checked_policy, describe_policy
+from pytest_vlaeval.policy.contract import (
+    EpisodeInfo,
+    Policy,
+    as_action_chunk,
+    checked_policy,
+    describe_policy,
+    to_numpy,
+)
+from pytest_vlaeval.policy.loading import local_policy
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -33,11 +40,6 @@ class ServedEpisode:
     state: dict[str, Any] = field(default_factory=dict)
     step: int = -1
     """Simulator step of the latest observation (-1 before the first)."""
-
-
-def episode_rng(info: EpisodeInfo) -> np.random.Generator:
-    """An RNG that depends on the episode alone, never on which episodes shared its batches."""
-    return np.random.default_rng([info.seed, zlib.crc32(info.task.encode())])
 
 
 Outcome = np.ndarray | PolicyError
@@ -93,7 +95,7 @@ class PolicyEngine:
 
     def _build(self) -> Policy:
         if self.factory is None:
-            return build_policy(self.spec, self.action_dim)
+            return local_policy(self.spec, self.action_dim)
         return checked_policy(_call(self.factory, "factory"), self.spec)
 
     def _outcome(self, fn: Any, name: str, arg: Any) -> Outcome:
@@ -104,8 +106,7 @@ class PolicyEngine:
 
     @staticmethod
     def _rows(output: Any, count: int) -> Sequence[Any]:
-        if hasattr(output, "detach"):  # a torch tensor, without importing torch
-            output = output.detach().cpu().numpy()
+        output = to_numpy(output)
         try:
             rows = len(output)
         except TypeError:

@@ -17,9 +17,8 @@ import logging
 import traceback
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -28,67 +27,19 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from pytest_vlaeval.errors import PolicyError
-from pytest_vlaeval.policy import EpisodeInfo
+from pytest_vlaeval.policy.contract import EpisodeInfo, episode_rng
 from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving.admission import EpisodeSlots
 from pytest_vlaeval.serving.batcher import Batcher
-from pytest_vlaeval.serving.engine import Outcome, PolicyEngine, ServedEpisode, episode_rng
+from pytest_vlaeval.serving.connection import PROTOCOLS, Connection, OpenEpisode, Refused, ServerConfig
+from pytest_vlaeval.serving.engine import Outcome, PolicyEngine, ServedEpisode
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
 
-PROTOCOLS = ("vlaeval", "openpi", "vla-eval")
 REAPED_MEMORY = 1024
 """How many reaped episode ids are remembered, to tell a late client why its episode is gone."""
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    action_dim: int = 7
-    max_batch_size: int = 16
-    max_wait_ms: float = 5.0
-    max_episodes: int = 64
-    admission_timeout_s: float = 300.0
-    idle_timeout_s: float = 900.0
-    max_message_bytes: int = 8 * 2**20
-    token: str | None = None
-    protocol: str = "vlaeval"
-
-
-class _Refused(Exception):
-    """A request the server answers with an error reply of ``code``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(eq=False)
-class _Connection:
-    ws: ServerConnection
-    episodes: dict[str, _OpenEpisode] = field(default_factory=dict)
-    opening: int = 0
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def send(self, frame: bytes | str) -> None:
-        with contextlib.suppress(ConnectionClosed):  # the client left; its handler closes its episodes
-            await self.ws.send(frame)
-
-
-@dataclass(eq=False)
-class _OpenEpisode:
-    episode: ServedEpisode
-    connection: _Connection
-    last_active: float
-    request: asyncio.Future[Outcome] | None = None
 
 
 class PolicyServer:
@@ -109,7 +60,7 @@ class PolicyServer:
             open_episodes=self._could_request,
         )
         self._slots = EpisodeSlots(config.max_episodes)
-        self._episodes: dict[str, _OpenEpisode] = {}
+        self._episodes: dict[str, OpenEpisode] = {}
         self._reaped: OrderedDict[str, None] = OrderedDict()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlaeval-policy")
         self._metadata: dict[str, Any] = {}
@@ -231,7 +182,7 @@ class PolicyServer:
     # -- connections -------------------------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
-        connection = _Connection(ws)
+        connection = Connection(ws)
         serve_frames = self._vlaeval_frame if self.config.protocol == "vlaeval" else self._openpi_frame
         self._connections += 1
         try:
@@ -253,7 +204,7 @@ class PolicyServer:
             for entry in list(connection.episodes.values()):
                 self._close(entry, "its connection closed")
 
-    async def _vlaeval_frame(self, connection: _Connection, frame: bytes | str) -> None:
+    async def _vlaeval_frame(self, connection: Connection, frame: bytes | str) -> None:
         episode_id = None
         try:
             kind, message = protocol.parse(frame, protocol.REQUEST_FIELDS)
@@ -270,17 +221,17 @@ class PolicyServer:
         except protocol.ProtocolError as exc:
             log.warning("bad frame from %s: %s", connection.ws.remote_address, exc)
             await connection.send(protocol.error(protocol.BAD_REQUEST, str(exc)))
-        except _Refused as exc:
+        except Refused as exc:
             await connection.send(protocol.error(exc.code, str(exc), episode_id))
         except Exception as exc:  # every request gets a reply, even one that meets a server bug
             await connection.send(_server_error(exc, episode_id))
 
-    async def _open(self, connection: _Connection, message: dict[str, Any]) -> None:
+    async def _open(self, connection: Connection, message: dict[str, Any]) -> None:
         episode_id = message["episode"]
         try:
             info = EpisodeInfo(**{name: message[name] for name in protocol.REQUEST_FIELDS["open"] if name != "episode"})
             await self._admit(connection, episode_id, info)
-        except _Refused as exc:
+        except Refused as exc:
             await connection.send(protocol.error(exc.code, str(exc), episode_id))
         except PolicyError as exc:
             await connection.send(_policy_error(exc, episode_id))
@@ -289,15 +240,15 @@ class PolicyServer:
         else:
             await connection.send(protocol.pack({"type": "opened", "episode": episode_id}))
 
-    def _act(self, connection: _Connection, message: dict[str, Any]) -> None:
+    def _act(self, connection: Connection, message: dict[str, Any]) -> None:
         entry = connection.episodes.get(message["episode"])
         if entry is None:
-            raise _Refused(protocol.UNKNOWN_EPISODE, self._why_unknown(message["episode"]))
+            raise Refused(protocol.UNKNOWN_EPISODE, self._why_unknown(message["episode"]))
         future = self._submit(entry, message["step"], message["obs"])
         connection.spawn(self._reply_actions(connection, entry, message["step"], future))
 
     async def _reply_actions(
-        self, connection: _Connection, entry: _OpenEpisode, step: int, future: asyncio.Future[Outcome]
+        self, connection: Connection, entry: OpenEpisode, step: int, future: asyncio.Future[Outcome]
     ) -> None:
         outcome = await future
         episode_id = entry.episode.id
@@ -308,7 +259,7 @@ class PolicyServer:
                 protocol.pack({"type": "actions", "episode": episode_id, "step": step, "actions": outcome})
             )
 
-    async def _openpi_frame(self, connection: _Connection, frame: bytes | str) -> None:
+    async def _openpi_frame(self, connection: Connection, frame: bytes | str) -> None:
         """openpi has no episode boundary: each observation is served as a fresh one-step episode."""
         try:
             obs = protocol.unpack(frame)
@@ -319,14 +270,14 @@ class PolicyServer:
             info = EpisodeInfo(task="openpi", seed=0, instruction=str(prompt), episode_index=0, max_steps=1)
             entry = await self._admit(connection, uuid.uuid4().hex, info)
             try:
-                outcome: Outcome | _Refused = await self._submit(entry, 0, {"instruction": info.instruction, **obs})
+                outcome: Outcome | Refused = await self._submit(entry, 0, {"instruction": info.instruction, **obs})
             finally:
                 self._close(entry, None)
         except protocol.ProtocolError as exc:
             log.warning("bad frame from %s: %s", connection.ws.remote_address, exc)
             await connection.send(f"bad request: {exc}")
             return
-        except (_Refused, PolicyError) as exc:
+        except (Refused, PolicyError) as exc:
             outcome = exc
         except Exception as exc:  # every request gets a reply, even one that meets a server bug
             log.error("failed to serve an openpi request", exc_info=exc)
@@ -338,28 +289,28 @@ class PolicyServer:
 
     # -- episodes ----------------------------------------------------------------------------
 
-    async def _admit(self, connection: _Connection, episode_id: str, info: EpisodeInfo) -> _OpenEpisode:
+    async def _admit(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
         """Wait for a slot, register the episode and reset its state in the policy."""
         if episode_id in self._episodes:
-            raise _Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
+            raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
         if len(connection.episodes) + connection.opening >= self.config.max_episodes:
-            raise _Refused(protocol.ADMISSION, f"this connection already holds {self.config.max_episodes} episodes")
+            raise Refused(protocol.ADMISSION, f"this connection already holds {self.config.max_episodes} episodes")
         connection.opening += 1
         try:
             admitted = await self._slots.acquire(self.config.admission_timeout_s)
         finally:
             connection.opening -= 1
         if not admitted:
-            raise _Refused(
+            raise Refused(
                 protocol.ADMISSION,
                 f"no free episode slot within {self.config.admission_timeout_s:g} s: {len(self._episodes)} episodes "
                 f"are open (max-episodes {self.config.max_episodes})",
             )
         try:  # the slot is ours: until the episode is registered (then _close frees it), give it back on any exit
             if episode_id in self._episodes:
-                raise _Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
+                raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
             loop = asyncio.get_running_loop()
-            entry = _OpenEpisode(ServedEpisode(episode_id, info, episode_rng(info)), connection, loop.time())
+            entry = OpenEpisode(ServedEpisode(episode_id, info, episode_rng(info)), connection, loop.time())
         except BaseException:
             self._slots.release()
             raise
@@ -373,11 +324,11 @@ class PolicyServer:
             raise
         return entry
 
-    def _submit(self, entry: _OpenEpisode, step: int, obs: dict[str, Any]) -> asyncio.Future[Outcome]:
+    def _submit(self, entry: OpenEpisode, step: int, obs: dict[str, Any]) -> asyncio.Future[Outcome]:
         if entry.request is not None:
-            raise _Refused(protocol.BUSY, f"episode {entry.episode.id} already has a request in flight")
+            raise Refused(protocol.BUSY, f"episode {entry.episode.id} already has a request in flight")
         if step < entry.episode.step:
-            raise _Refused(protocol.BAD_REQUEST, f"step {step} goes back from step {entry.episode.step}")
+            raise Refused(protocol.BAD_REQUEST, f"step {step} goes back from step {entry.episode.step}")
         entry.episode.step = step
         entry.request = future = self.batcher.submit(entry.episode, obs)
         self.requests += 1
@@ -389,7 +340,7 @@ class PolicyServer:
         future.add_done_callback(settled)
         return future
 
-    def _close(self, entry: _OpenEpisode, reason: str | None) -> None:
+    def _close(self, entry: OpenEpisode, reason: str | None) -> None:
         """Forget an episode, free its slot and (on the policy thread) its state. Idempotent."""
         episode = entry.episode
         if self._episodes.get(episode.id) is not entry:

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from pytest_vlaeval import __version__
 from pytest_vlaeval.errors import PolicyError, ServerError
-from pytest_vlaeval.policy import EpisodeInfo
+from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving import vla_eval_protocol as wire
 from pytest_vlaeval.serving.client import _RemoteBase
 from pytest_vlaeval.serving.protocol import ProtocolError
 from pytest_vlaeval.serving.url import RemoteSpec
+from pytest_vlaeval.version import __version__
 
 
 class VlaEvalPolicy(_RemoteBase):

@@ -18,19 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_vlaeval import __version__
 from pytest_vlaeval.errors import PolicyError
-from pytest_vlaeval.policy import EpisodeInfo
+from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving import vla_eval_protocol as wire
+from pytest_vlaeval.serving.connection import Connection, OpenEpisode, Refused
 from pytest_vlaeval.serving.protocol import ProtocolError
+from pytest_vlaeval.version import __version__
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.serving.server import PolicyServer, _Connection, _OpenEpisode
+    from pytest_vlaeval.serving.server import PolicyServer
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
 
-async def serve_connection(server: PolicyServer, connection: _Connection) -> None:
+async def serve_connection(server: PolicyServer, connection: Connection) -> None:
     """Answer one harness connection's frames until it closes (the server closes its episode)."""
     session = _HarnessSession(server, connection)
     async for frame in connection.ws:
@@ -38,10 +39,10 @@ async def serve_connection(server: PolicyServer, connection: _Connection) -> Non
 
 
 class _HarnessSession:
-    def __init__(self, server: PolicyServer, connection: _Connection) -> None:
+    def __init__(self, server: PolicyServer, connection: Connection) -> None:
         self.server = server
         self.connection = connection
-        self.entry: _OpenEpisode | None = None
+        self.entry: OpenEpisode | None = None
         self.pending: deque[np.ndarray] = deque()
 
     async def handle(self, frame: bytes | str) -> None:
@@ -79,13 +80,12 @@ class _HarnessSession:
         await self.connection.send(wire.pack_frame("hello", reply, seq))
 
     async def _start(self, payload: dict[str, Any], seq: int) -> None:
-        from pytest_vlaeval.serving.server import _Refused
 
         self._end()
         try:
             info = _episode_info(payload.get("task"))
             self.entry = await self.server._admit(self.connection, uuid.uuid4().hex, info)
-        except (_Refused, PolicyError, ProtocolError) as exc:
+        except (Refused, PolicyError, ProtocolError) as exc:
             await self.connection.send(wire.error_frame(f"episode_start_failed: {exc}", seq))
 
     async def _observe(self, payload: dict[str, Any], seq: int) -> None:

@@ -1,4 +1,4 @@
-"""The policy interface, how a ``--policy`` spec becomes a policy, and the built-in policies.
+"""The policy contract: what the harness passes a policy and what it accepts back.
 
 A policy is any object with:
 
@@ -15,21 +15,19 @@ A policy is any object with:
     Called after the episode's last step with its ``EpisodeResult`` (success, return, length);
     served policies pass it on to protocols with episode boundaries.
 
-``--policy`` takes ``module:attr`` (a class or a zero-argument factory), a built-in name, or a
-policy server's address (``ws://HOST:PORT``, ``openpi://HOST:PORT``, ``vla-eval://HOST:PORT``;
-see ``serving/``).
+A leaf: the episode loop, the built-in policies and serving (both sides) depend on it, and it on
+nothing of theirs.
 """
 
 from __future__ import annotations
 
-import importlib
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pytest_vlaeval.errors import EpisodeError, PolicyError, SpecError
+from pytest_vlaeval.errors import PolicyError
 
 
 @dataclass(frozen=True)
@@ -44,6 +42,12 @@ class EpisodeInfo:
         return asdict(self)
 
 
+def episode_rng(info: EpisodeInfo) -> np.random.Generator:
+    """An RNG that depends on the episode alone (task and seed), never on what ran before it or
+    shared its batches: the rule every random policy follows, local or served."""
+    return np.random.default_rng([info.seed, zlib.crc32(info.task.encode())])
+
+
 @runtime_checkable
 class Policy(Protocol):
     chunk_size: int
@@ -51,81 +55,6 @@ class Policy(Protocol):
     def reset(self, episode: EpisodeInfo) -> None: ...
 
     def act(self, obs: dict[str, Any]) -> Any: ...
-
-
-class RandomPolicy:
-    """Uniform actions in [-1, 1], reproducible per (task, seed) whatever ran before."""
-
-    chunk_size = 1
-
-    def __init__(self, action_dim: int = 7) -> None:
-        self.action_dim = action_dim
-        self.config = {"action_dim": action_dim, "distribution": "uniform[-1,1]"}
-        self._rng = np.random.default_rng(0)
-
-    def reset(self, episode: EpisodeInfo) -> None:
-        self._rng = np.random.default_rng([episode.seed, zlib.crc32(episode.task.encode())])
-
-    def act(self, obs: dict[str, Any]) -> np.ndarray:
-        return self._rng.uniform(-1.0, 1.0, size=(self.chunk_size, self.action_dim)).astype(np.float32)
-
-
-class ZeroPolicy:
-    """All-zero actions: the arm holds still. A floor for any task's success rate."""
-
-    chunk_size = 1
-
-    def __init__(self, action_dim: int = 7) -> None:
-        self.action_dim = action_dim
-        self.config = {"action_dim": action_dim}
-
-    def reset(self, episode: EpisodeInfo) -> None:
-        pass
-
-    def act(self, obs: dict[str, Any]) -> np.ndarray:
-        return np.zeros((1, self.action_dim), dtype=np.float32)
-
-
-BUILTIN_POLICIES = {"random": RandomPolicy, "zero": ZeroPolicy}
-
-
-def resolve_policy_factory(spec: str) -> Any:
-    """Find the class or factory a ``--policy`` spec names (imports the user's module)."""
-    if spec in BUILTIN_POLICIES:
-        return BUILTIN_POLICIES[spec]
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise SpecError(f"--policy {spec!r}: expected module:attr or one of {', '.join(BUILTIN_POLICIES)}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(f"--policy {spec!r}: cannot import {module_name!r}: {exc}") from None
-    try:
-        factory = getattr(module, attr)
-    except AttributeError:
-        raise SpecError(f"--policy {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
-    if not callable(factory):
-        raise SpecError(f"--policy {spec!r}: {attr!r} is not a class or factory")
-    return factory
-
-
-def build_policy(spec: str, action_dim: int, benchmark: str = "") -> Policy:
-    """Instantiate the policy a spec names and check it honours the interface."""
-    if "://" in spec:  # a policy server: ws://, openpi:// or vla-eval://HOST:PORT
-        from pytest_vlaeval.serving.client import connect_policy
-
-        return connect_policy(spec, action_dim, benchmark)
-    try:
-        factory = resolve_policy_factory(spec)
-    except SpecError as exc:  # in a worker, a policy that cannot be found fails its episodes
-        raise PolicyError(str(exc)) from None
-    try:
-        policy = factory(action_dim) if spec in BUILTIN_POLICIES else factory()
-    except EpisodeError:
-        raise  # the episode's deadline (or a server fault) interrupted it: not the factory's own fault
-    except Exception as exc:
-        raise PolicyError(f"policy factory {spec!r} raised {type(exc).__name__}: {exc}") from exc
-    return checked_policy(policy, spec)
 
 
 def checked_policy(policy: Any, spec: str) -> Policy:
@@ -150,8 +79,7 @@ def as_action_chunk(output: Any, action_dim: int, chunk_size: int) -> np.ndarray
 
     Raises ``PolicyError`` naming the expected and the received shape, dtype or values.
     """
-    if hasattr(output, "detach"):  # torch.Tensor, without importing torch
-        output = output.detach().cpu().numpy()
+    output = to_numpy(output)
     dtype = getattr(output, "dtype", None)
     if isinstance(dtype, np.dtype) and dtype.kind not in _REAL_KINDS:  # float32 would drop an imaginary part
         raise PolicyError(f"policy returned actions of dtype {dtype}; expected real numbers (bool, int or float)")
@@ -180,6 +108,11 @@ def as_action_chunk(output: Any, action_dim: int, chunk_size: int) -> np.ndarray
 
 
 _REAL_KINDS = "biuf"
+
+
+def to_numpy(value: Any) -> Any:
+    """A torch tensor as a numpy array (without importing torch); anything else as it is."""
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
 
 
 def _json_safe(value: Any) -> Any:

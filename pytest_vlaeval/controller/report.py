@@ -11,9 +11,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.gate import FAIL, UNDECIDED, GateResult
-from pytest_vlaeval.sequential_gate import SequentialGate
-from pytest_vlaeval.session import RunContext
+from pytest_vlaeval.context import RunContext
+from pytest_vlaeval.results.gate import FAIL, UNDECIDED, GateResult
+from pytest_vlaeval.results.sequential_gate import SequentialGate
 
 NARROWING = (
     "--lf",

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from typing import IO, Any
 
-from pytest_vlaeval.record import ERROR, SUCCESS
+from pytest_vlaeval.results.record import ERROR, SUCCESS
 
 LIVE_MODES = ("auto", "on", "off")
 RECENT_ROWS = 8

@@ -32,7 +32,7 @@ from xdist.remote import Producer
 from xdist.report import report_collection_diff
 from xdist.workermanage import WorkerController, parse_tx_spec_config
 
-from pytest_vlaeval.collect import split_node_name
+from pytest_vlaeval.episodes.collect import split_node_name
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.spec import Selection
 

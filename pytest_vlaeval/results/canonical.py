@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.record import FAILURE, SUCCESS, EpisodeRecord
+from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord
+from pytest_vlaeval.results.stats import group_sr, seed_clustered_interval, wilson
+from pytest_vlaeval.results.store import latest, write_json_atomic
 from pytest_vlaeval.spec import Selection, Task
-from pytest_vlaeval.stats import seed_clustered_interval, wilson
-from pytest_vlaeval.store import latest, write_json_atomic
 
 CI95_METHODS = {
     "per_task_sr_ci95": "Wilson score interval over the task's seeds",
@@ -107,8 +107,8 @@ def summary(
     first = per_task[0] if per_task else {}
     body = {
         "split": splits.pop() if len(splits) == 1 else "Custom",
-        "sr_split": mean(per_task_sr.values()) if per_task else None,
-        "sr_per_memory_type": {m: mean(r["sr"] for r in group) for m, group in sorted(by_memory.items())},
+        "sr_split": group_sr(per_task_sr.values()) if per_task else None,
+        "sr_per_memory_type": {m: group_sr(r["sr"] for r in group) for m, group in sorted(by_memory.items())},
         "tasks": list(per_task_sr),
         "per_task_sr": per_task_sr,
         "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
@@ -118,7 +118,7 @@ def summary(
         "benchmark_commit": selection.benchmark.benchmark_commit,
         "selected_split": selection.split,
         "sr_split_ci95": _group_interval(per_task) if per_task else None,
-        "sr_per_split": {s: mean(r["sr"] for r in group) for s, group in by_split.items()},
+        "sr_per_split": {s: group_sr(r["sr"] for r in group) for s, group in by_split.items()},
         "sr_per_split_ci95": {s: _group_interval(group) for s, group in by_split.items()},
         "sr_per_memory_type_ci95": {m: _group_interval(group) for m, group in sorted(by_memory.items())},
         "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.record import ERROR, FAILURE, EpisodeRecord
+from pytest_vlaeval.results.record import ERROR, FAILURE, EpisodeRecord
 from pytest_vlaeval.spec import Selection
 
 EpisodeId = tuple[str, int]

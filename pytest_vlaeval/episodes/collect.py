@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.errors import EpisodeError, EpisodeFailed
-from pytest_vlaeval.record import ERROR, EpisodeRecord
-from pytest_vlaeval.runner import EpisodeRunner
+from pytest_vlaeval.results.record import ERROR, EpisodeRecord
 from pytest_vlaeval.spec import Selection, Task
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.sequential_gate import SequentialSettings
+    from pytest_vlaeval.results.sequential_gate import SequentialSettings
 
 RECORD_ATTR = "vla_records"
 """Attribute of a TestReport that carries the episode's records, one per attempt (JSON-safe dicts)."""

@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.gate import PASS, UNDECIDED, VERDICT_PREFIX, load_baseline, outcomes_by_task
-from pytest_vlaeval.record import EpisodeRecord
-from pytest_vlaeval.sequential import drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
-from pytest_vlaeval.stats import Outcomes, paired_seed_sums
+from pytest_vlaeval.results.gate import load_baseline, outcomes_by_task
+from pytest_vlaeval.results.record import EpisodeRecord
+from pytest_vlaeval.results.sequential import drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
+from pytest_vlaeval.results.stats import Outcomes, group_sr, paired_seed_sums
+from pytest_vlaeval.results.verdict import PASS, UNDECIDED, VERDICT_PREFIX
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.scheduler import SequentialBlocks
-    from pytest_vlaeval.session import RunContext
+    from pytest_vlaeval.context import RunContext
+    from pytest_vlaeval.distribute.scheduler import SequentialBlocks
 
 METHOD = "anytime-valid betting confidence sequence (Waudby-Smith & Ramdas 2024), seeds as the unit"
 
@@ -134,8 +135,8 @@ class SequentialGate:
 
     def scheduling(self) -> SequentialBlocks:
         """What the affinity scheduler needs: blocks by node id, and whether to stop sending."""
-        from pytest_vlaeval.collect import parse_nodeid
-        from pytest_vlaeval.scheduler import SequentialBlocks
+        from pytest_vlaeval.distribute.scheduler import SequentialBlocks
+        from pytest_vlaeval.episodes.collect import parse_nodeid
 
         def block_of(nodeid: str) -> int:
             key = parse_nodeid(nodeid)
@@ -184,7 +185,7 @@ class SequentialGate:
         seeds = sorted(set.intersection(*(set(current[t]) for t in tasks))) if tasks else []
         if not seeds:
             return Look(block, 0, 0.0, (0.0, 1.0), UNDECIDED)
-        means = [sum(current[t][s] for t in tasks) / len(tasks) for s in seeds]
+        means = [group_sr(current[t][s] for t in tasks) for s in seeds]
         estimate, lower, upper = mean_bounds(means, alpha)
         verdict = str(min_sr_verdict(lower[-1], upper[-1], self.settings.min_sr))
         return Look(block, len(seeds), float(estimate[-1]), (float(lower[-1]), float(upper[-1])), verdict)

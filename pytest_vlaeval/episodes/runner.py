@@ -7,7 +7,6 @@ does not grow with the number of tasks.
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 import traceback
@@ -15,14 +14,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval import assets
-from pytest_vlaeval.deadline import deadline
-from pytest_vlaeval.episode import run_episode
+from pytest_vlaeval.envs import assets
+from pytest_vlaeval.episodes.deadline import deadline
+from pytest_vlaeval.episodes.loop import run_episode
+from pytest_vlaeval.episodes.video import EpisodeVideo
 from pytest_vlaeval.errors import AssetMissing, EnvError, EpisodeError, EpisodeTimeout, PolicyError
-from pytest_vlaeval.policy import Policy, build_policy, describe_policy
-from pytest_vlaeval.record import ERROR, FAILURE, SUCCESS, EpisodeRecord, outcome_message
+from pytest_vlaeval.importing import load_reference, split_reference
+from pytest_vlaeval.policy.contract import Policy, describe_policy
+from pytest_vlaeval.policy.loading import build_policy
+from pytest_vlaeval.results.record import ERROR, FAILURE, SUCCESS, EpisodeRecord, outcome_message
 from pytest_vlaeval.spec import Selection, Task
-from pytest_vlaeval.video import EpisodeVideo
 
 
 class EpisodeRunner:
@@ -143,8 +144,8 @@ class EpisodeRunner:
                 raise AssetMissing(f"{task.env_id} cannot run: {reason}")
 
     def _factory(self) -> Any:
-        module_name, _, attr = self.selection.benchmark.env.factory.partition(":")
-        return getattr(importlib.import_module(module_name), attr)
+        module_name, attr = split_reference(self.selection.benchmark.env.factory) or ("", "")
+        return load_reference(module_name, attr)
 
     def _record(self, task: Task, seed: int, started: float, **fields: Any) -> EpisodeRecord:
         return EpisodeRecord(

@@ -25,7 +25,7 @@ A benchmark that gives every task the same seeds makes episodes of different tas
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +33,13 @@ Z95 = 1.959963984540054
 
 Outcomes = Mapping[int, bool]
 """One task's completed episodes: seed -> success."""
+
+
+def group_sr(task_srs: Iterable[float]) -> float:
+    """The SR of a group of tasks (a split, a memory type, a gate's tasks): the mean of its tasks'
+    SRs, never pooled over episodes, so a task weighs the same whatever its episode count."""
+    values = list(task_srs)
+    return sum(values) / len(values)
 
 
 def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float]:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pytest_vlaeval.errors import EnvError, EpisodeError, PolicyError
-from pytest_vlaeval.policy import EpisodeInfo, Policy, as_action_chunk
+from pytest_vlaeval.policy.contract import EpisodeInfo, Policy, as_action_chunk
 
 T = TypeVar("T")
 

@@ -18,11 +18,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.chart import CHART_FILE, write_chart
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results import summary, write_canonical
+from pytest_vlaeval.results.canonical import summary, write_canonical
+from pytest_vlaeval.results.chart import CHART_FILE, write_chart
+from pytest_vlaeval.results.store import EPISODES_DIR, FINGERPRINT_FILE, POLICY_FILE, RunStore
 from pytest_vlaeval.spec import resolve_benchmark, select
-from pytest_vlaeval.store import EPISODES_DIR, FINGERPRINT_FILE, POLICY_FILE, RunStore
 
 SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
 

@@ -20,16 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.stats import Outcomes, mcnemar_exact, paired_seed_sums, sign_flip_exact
+from pytest_vlaeval.results.sequential import drop_bounds
+from pytest_vlaeval.results.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, sign_flip_exact
+from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED, VERDICT_PREFIX
 
-EXIT_GATE_FAILED = 6
-"""Exit status of a session whose success rate regressed past the gate (pytest uses 0-5)."""
-
-PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
-"""A gate's verdicts; UNDECIDED only from the sequential gate, when its budget ran out first."""
-
-VERDICT_PREFIX = "vlaeval gate"
-"""Every gate's verdict line starts ``vlaeval gate: PASS|FAIL|UNDECIDED: ``, for CI logs to grep."""
+__all__ = ["EXIT_GATE_FAILED", "FAIL", "PASS", "UNDECIDED", "VERDICT_PREFIX", "GateResult", "compare"]
 
 
 @dataclass(frozen=True)
@@ -62,11 +57,11 @@ class GateResult:
 
     @property
     def baseline_sr(self) -> float:
-        return sum(t.baseline_sr for t in self.tasks) / len(self.tasks)
+        return group_sr(t.baseline_sr for t in self.tasks)
 
     @property
     def current_sr(self) -> float:
-        return sum(t.current_sr for t in self.tasks) / len(self.tasks)
+        return group_sr(t.current_sr for t in self.tasks)
 
     @property
     def drop(self) -> float:
@@ -78,8 +73,6 @@ class GateResult:
         sequential gate's confidence sequence at its last point, valid at any number of seeds)."""
         if not self.seed_sums:
             return None
-        from pytest_vlaeval.sequential import drop_bounds
-
         estimate, lower, upper = drop_bounds([k / len(self.tasks) for k in self.seed_sums.values()], 0.05)
         return float(estimate[-1]), (float(lower[-1]), float(upper[-1]))
 

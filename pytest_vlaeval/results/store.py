@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.record import EpisodeRecord
+from pytest_vlaeval.results.record import EpisodeRecord
 from pytest_vlaeval.spec import Selection
 
 FINGERPRINT_FILE = "fingerprint.json"

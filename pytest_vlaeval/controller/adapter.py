@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_vlaeval.collect import RECORD_ATTR, EpisodeItem, parse_nodeid
-from pytest_vlaeval.deadline import HARD_FACTOR
+from pytest_vlaeval.context import WORKER_PLAN, RunContext
+from pytest_vlaeval.controller.progress import Progress
+from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem, parse_nodeid
+from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.progress import Progress
-from pytest_vlaeval.record import ERROR, EpisodeRecord
-from pytest_vlaeval.results import summary, write_canonical
-from pytest_vlaeval.session import WORKER_PLAN, RunContext
-from pytest_vlaeval.store import POLICY_FILE, RunStore, latest
+from pytest_vlaeval.results.canonical import summary, write_canonical
+from pytest_vlaeval.results.record import ERROR, EpisodeRecord
+from pytest_vlaeval.results.store import POLICY_FILE, RunStore, latest
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.sequential_gate import SequentialGate
+    from pytest_vlaeval.results.sequential_gate import SequentialGate
 
 JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
 """Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session
@@ -173,7 +173,7 @@ class ResultsController:
     def _stop_early(self, session: pytest.Session) -> None:
         """The sequential gate's verdict is settled: run nothing more (the affinity scheduler
         reads ``stopped``; a serial session stops after this episode)."""
-        from pytest_vlaeval.report import completion_command
+        from pytest_vlaeval.controller.report import completion_command
 
         assert self.sequential is not None
         self.sequential.stopped = True
@@ -181,7 +181,7 @@ class ResultsController:
         session.shouldstop = f"{self.sequential.outcome}: the sequential gate's verdict is settled"
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from pytest_vlaeval.progress import Progress, live_wanted
+        from pytest_vlaeval.controller.progress import Progress, live_wanted
 
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         steps = {t.env_id: t.max_steps for t in self.run.selection.tasks}
@@ -237,7 +237,7 @@ class ResultsController:
         if self.sequential is not None:
             self.gate = self.sequential
         elif self.run.baseline is not None:
-            from pytest_vlaeval.gate import compare
+            from pytest_vlaeval.results.gate import compare
 
             _, per_task = self._summary()
             self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
@@ -247,8 +247,8 @@ class ResultsController:
         self.store.close()
         assert self.written is not None
         body, per_task = self.written
-        from pytest_vlaeval.chart import CHART_FILE, write_chart
-        from pytest_vlaeval.report import markdown_report
+        from pytest_vlaeval.controller.report import markdown_report
+        from pytest_vlaeval.results.chart import CHART_FILE, write_chart
 
         self.chart = write_chart(body, per_task, self.run.run_dir / CHART_FILE)
 
@@ -266,7 +266,7 @@ class ResultsController:
     def _gate_exit_status(self, status: int, stopped: bool) -> int:
         """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this
         session errored (an incomplete run never passes), else 0 where the gate judges the run."""
-        from pytest_vlaeval.gate import EXIT_GATE_FAILED, FAIL, UNDECIDED
+        from pytest_vlaeval.results.gate import EXIT_GATE_FAILED, FAIL, UNDECIDED
 
         if self.gate.outcome == FAIL:
             return EXIT_GATE_FAILED
@@ -297,6 +297,6 @@ class ResultsController:
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if self.written is None:
             return
-        from pytest_vlaeval.report import render_summary
+        from pytest_vlaeval.controller.report import render_summary
 
         render_summary(terminalreporter, *self.written, self.run, self.gate, config.invocation_params.args, self.chart)

@@ -1,0 +1,40 @@
+"""What a session was asked to do, decided once by ``session`` and read by every plugin it registers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.results.sequential_gate import SequentialSettings
+    from pytest_vlaeval.spec import Selection
+
+
+@dataclass(frozen=True)
+class RunContext:
+    selection: Selection
+    policy_spec: str
+    render: str
+    run_dir: Path
+    retries: int = 0
+    shard: tuple[int, int] | None = None
+    rerun: str | None = None
+    baseline: Path | None = None
+    max_drop: float = 0.05
+    gate_alpha: float | None = None
+    timeout: float | None = None
+    video: str = "none"
+    episodes: frozenset[tuple[str, int]] = frozenset()
+    """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
+    subset_note: str | None = None
+    sequential: SequentialSettings | None = None
+    """``--vla-sequential``: seeds in blocks, early stop (``sequential_gate``)."""
+
+    @property
+    def store_label(self) -> str:
+        return f"shard{self.shard[0]}of{self.shard[1]}" if self.shard else ""
+
+
+WORKER_PLAN = "vla_plan"
+"""``workerinput`` key: the episode ids the controller chose, so all workers collect the same."""

@@ -1,0 +1,1 @@
+"""Spreading episodes over xdist workers: the task-affinity scheduler and GPU placement."""

@@ -1,0 +1,93 @@
+"""A run directory and every file name in it: the one place that knows the layout.
+
+::
+
+    <run>/fingerprint.json      what must match for sessions to share the run (``store``)
+    <run>/policy.json           the policy's own description, claimed by the first episode
+    <run>/episodes/*.jsonl      the durable log, one file per session (``store``)
+    <run>/<ENV_ID>.json         per-task canonical results (``canonical``)
+    <run>/summary.json          the run's canonical summary
+    <run>/summary.png           its chart (``chart``)
+    <run>/report.md             the markdown report (also the GitHub step summary)
+    <run>/server.log            the ``--vla-serve`` policy server's log
+    <run>/videos/<ENV_ID>/<seed>.mp4
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+SUMMARY_NAME = "summary.json"
+_SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def fingerprint(self) -> Path:
+        return self.path / "fingerprint.json"
+
+    @property
+    def policy(self) -> Path:
+        return self.path / "policy.json"
+
+    @property
+    def episodes(self) -> Path:
+        return self.path / "episodes"
+
+    @property
+    def lock(self) -> Path:
+        return self.path / ".lock"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY_NAME
+
+    def task(self, env_id: str) -> Path:
+        return self.path / f"{env_id}.json"
+
+    @property
+    def chart(self) -> Path:
+        return self.path / "summary.png"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report.md"
+
+    @property
+    def server_log(self) -> Path:
+        return self.path / "server.log"
+
+    @property
+    def videos(self) -> Path:
+        return self.path / "videos"
+
+    def video(self, env_id: str, seed: int) -> Path:
+        return self.videos / env_id / f"{seed}.mp4"
+
+    def logs(self) -> list[Path]:
+        return sorted(self.episodes.glob("*.jsonl"))
+
+    def new_log(self, label: str = "") -> Path:
+        """This session's log: start time, host and process, then the label (a shard's)."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        name = "-".join(filter(None, (stamp, socket.gethostname(), str(os.getpid()), label)))
+        return self.episodes / f"{name}.jsonl"
+
+
+def shard_label(index: int, count: int) -> str:
+    """The label a shard's session puts on its log."""
+    return f"shard{index}of{count}"
+
+
+def shard_of(log: Path) -> tuple[int, int] | None:
+    """``(index, count)`` of the shard that wrote ``log``, None for an unsharded session's log."""
+    match = _SHARD_LABEL.search(log.name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
