@@ -35,7 +35,7 @@ from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.policy.contract import episode_rng
 from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving import server as server_module
+from pytest_vlaeval.serving import table as server_module
 from pytest_vlaeval.serving.client import RemotePolicy, RemoteTraceback
 from pytest_vlaeval.serving.connect import connect_policy
 from pytest_vlaeval.serving.launcher import ServerProcess, ServerStartError

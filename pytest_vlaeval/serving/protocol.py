@@ -55,6 +55,7 @@ that mode is stateless: every request is served as a fresh one-step episode.
 from __future__ import annotations
 
 import math
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -150,6 +151,12 @@ def parse(frame: bytes | str, fields: dict[str, dict[str, type]]) -> tuple[str, 
 
 def error(code: str, message: str, episode: str | None = None, detail: str | None = None) -> bytes:
     return pack({"type": "error", "code": code, "message": message, "episode": episode, "detail": detail})
+
+
+def remote_traceback(exc: BaseException) -> str | None:
+    """The traceback of what caused ``exc`` (a policy's own exception), sent as an error's detail."""
+    cause = exc.__cause__
+    return "".join(traceback.format_exception(cause)) if cause is not None else None
 
 
 def _encode_numpy(value: Any) -> Any:

@@ -14,9 +14,6 @@ import hmac
 import http
 import json
 import logging
-import traceback
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -26,20 +23,19 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from pytest_vlaeval.errors import PolicyError
-from pytest_vlaeval.policy.contract import EpisodeInfo, episode_rng
-from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving.admission import EpisodeSlots
+from pytest_vlaeval.policy.contract import EpisodeInfo
+from pytest_vlaeval.serving import protocol, serve_openpi, serve_vla_eval, serve_vlaeval
 from pytest_vlaeval.serving.batcher import Batcher
-from pytest_vlaeval.serving.connection import PROTOCOLS, Connection, OpenEpisode, Refused, ServerConfig
+from pytest_vlaeval.serving.connection import PROTOCOLS, Connection, OpenEpisode, ServerConfig
 from pytest_vlaeval.serving.engine import Outcome, PolicyEngine, ServedEpisode
+from pytest_vlaeval.serving.table import EpisodeTable
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
 
-REAPED_MEMORY = 1024
-"""How many reaped episode ids are remembered, to tell a late client why its episode is gone."""
+HANDLERS: dict[str, Any] = {"vlaeval": serve_vlaeval, "openpi": serve_openpi, "vla-eval": serve_vla_eval}
+"""Each wire protocol's handler module: ``serve_connection(server, connection)`` and ``LOAD_UNIT``."""
 
 
 class PolicyServer:
@@ -51,19 +47,19 @@ class PolicyServer:
         self.factory = factory
         self.config = config
         self.engine: PolicyEngine | None = None
-        self.requests = 0
-        self.reaped = 0
+        self._protocol = HANDLERS[config.protocol]
         self.batcher = Batcher(
             self._forward,
             max_batch=config.max_batch_size,
             max_wait_s=config.max_wait_ms / 1000,
             open_episodes=self._could_request,
         )
-        self._slots = EpisodeSlots(config.max_episodes)
-        self._episodes: dict[str, OpenEpisode] = {}
-        self._reaped: OrderedDict[str, None] = OrderedDict()
+        self.table = EpisodeTable(
+            config.max_episodes, config.admission_timeout_s, config.idle_timeout_s, self.batcher.submit, self._release
+        )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlaeval-policy")
-        self._metadata: dict[str, Any] = {}
+        self.metadata: dict[str, Any] = {}
+        """What a client learns on connecting (the protocol's handler adds its name)."""
         self._server: Server | None = None
         self._background: list[asyncio.Task[None]] = []
         self._connections = 0
@@ -86,9 +82,8 @@ class PolicyServer:
     async def load(self) -> None:
         """Build the policy on the policy thread; raises ``PolicyError`` or ``SpecError``."""
         engine = await self._in_policy_thread(PolicyEngine, self.spec, self.config.action_dim, self.factory)
-        self._metadata = {
+        self.metadata = {
             "type": "metadata",
-            "protocol": protocol.PROTOCOL if self.config.protocol == "vlaeval" else "openpi",
             "version": protocol.VERSION,
             "model": engine.model,
             "chunk_size": engine.chunk_size,
@@ -142,15 +137,15 @@ class PolicyServer:
             "status": "ok" if self.engine is not None else "loading",
             "policy": self.engine.model["name"] if self.engine is not None else self.spec,
             "protocol": self.config.protocol,
-            "open_episodes": len(self._episodes),
-            "waiting_opens": self._slots.waiting,
+            "open_episodes": len(self.table.episodes),
+            "waiting_opens": self.table.slots.waiting,
             "queued_requests": self.batcher.waiting,
-            "requests": self.requests,
+            "requests": self.table.requests,
             "batches": batches,
             "mean_batch_size": sum(n * c for n, c in sizes.items()) / batches if batches else 0.0,
             "batch_sizes": {str(n): sizes[n] for n in sorted(sizes)},
             "policy_busy_s": round(self.batcher.busy_s, 3),
-            "reaped_episodes": self.reaped,
+            "reaped_episodes": self.table.reaped,
         }
 
     # -- HTTP: health and the handshake gate ---------------------------------------------------
@@ -179,21 +174,13 @@ class PolicyServer:
         query = dict(parse_qsl(urlsplit(path).query))
         return "token" in query and hmac.compare_digest(query["token"].encode(), token)
 
-    # -- connections -------------------------------------------------------------------------
+    # -- connections and episodes --------------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
         connection = Connection(ws)
-        serve_frames = self._vlaeval_frame if self.config.protocol == "vlaeval" else self._openpi_frame
         self._connections += 1
         try:
-            if self.config.protocol == "vla-eval":  # the harness speaks first; see vla_eval_server.py
-                from pytest_vlaeval.serving.vla_eval_server import serve_connection
-
-                await serve_connection(self, connection)
-                return
-            await ws.send(protocol.pack(self._metadata))
-            async for frame in ws:
-                await serve_frames(connection, frame)
+            await self._protocol.serve_connection(self, connection)
         except ConnectionClosed as exc:
             if exc.rcvd is None or exc.rcvd.code != 1000:
                 log.warning("connection from %s closed: %s", ws.remote_address, exc)
@@ -202,188 +189,30 @@ class PolicyServer:
             for task in list(connection.tasks):
                 task.cancel()
             for entry in list(connection.episodes.values()):
-                self._close(entry, "its connection closed")
+                self.table.close(entry, "its connection closed")
 
-    async def _vlaeval_frame(self, connection: Connection, frame: bytes | str) -> None:
-        episode_id = None
-        try:
-            kind, message = protocol.parse(frame, protocol.REQUEST_FIELDS)
-            episode_id = message["episode"]
-            if kind == "open":
-                connection.spawn(self._open(connection, message))
-            elif kind == "act":
-                self._act(connection, message)
-            else:
-                entry = connection.episodes.get(episode_id)
-                if entry is not None:
-                    self._close(entry, None)
-                await connection.send(protocol.pack({"type": "closed", "episode": episode_id}))
-        except protocol.ProtocolError as exc:
-            log.warning("bad frame from %s: %s", connection.ws.remote_address, exc)
-            await connection.send(protocol.error(protocol.BAD_REQUEST, str(exc)))
-        except Refused as exc:
-            await connection.send(protocol.error(exc.code, str(exc), episode_id))
-        except Exception as exc:  # every request gets a reply, even one that meets a server bug
-            await connection.send(_server_error(exc, episode_id))
+    async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
+        """Admit an episode and reset its state in the policy (on the policy thread)."""
+        assert self.engine is not None  # connections are refused until the policy is loaded
+        engine = self.engine
+        return await self.table.admit(connection, episode_id, info, lambda e: self._in_policy_thread(engine.open, e))
 
-    async def _open(self, connection: Connection, message: dict[str, Any]) -> None:
-        episode_id = message["episode"]
-        try:
-            info = EpisodeInfo(**{name: message[name] for name in protocol.REQUEST_FIELDS["open"] if name != "episode"})
-            await self._admit(connection, episode_id, info)
-        except Refused as exc:
-            await connection.send(protocol.error(exc.code, str(exc), episode_id))
-        except PolicyError as exc:
-            await connection.send(_policy_error(exc, episode_id))
-        except Exception as exc:
-            await connection.send(_server_error(exc, episode_id))
-        else:
-            await connection.send(protocol.pack({"type": "opened", "episode": episode_id}))
-
-    def _act(self, connection: Connection, message: dict[str, Any]) -> None:
-        entry = connection.episodes.get(message["episode"])
-        if entry is None:
-            raise Refused(protocol.UNKNOWN_EPISODE, self._why_unknown(message["episode"]))
-        future = self._submit(entry, message["step"], message["obs"])
-        connection.spawn(self._reply_actions(connection, entry, message["step"], future))
-
-    async def _reply_actions(
-        self, connection: Connection, entry: OpenEpisode, step: int, future: asyncio.Future[Outcome]
-    ) -> None:
-        outcome = await future
-        episode_id = entry.episode.id
-        if isinstance(outcome, PolicyError):
-            await connection.send(_policy_error(outcome, episode_id))
-        else:
-            await connection.send(
-                protocol.pack({"type": "actions", "episode": episode_id, "step": step, "actions": outcome})
-            )
-
-    async def _openpi_frame(self, connection: Connection, frame: bytes | str) -> None:
-        """openpi has no episode boundary: each observation is served as a fresh one-step episode."""
-        try:
-            obs = protocol.unpack(frame)
-            valid, meaning = protocol.FIELD_VALUES["obs"]
-            if not valid(obs):
-                raise protocol.ProtocolError(f"an observation must be {meaning}")
-            prompt = obs.get("prompt", obs.get("instruction", ""))
-            info = EpisodeInfo(task="openpi", seed=0, instruction=str(prompt), episode_index=0, max_steps=1)
-            entry = await self._admit(connection, uuid.uuid4().hex, info)
-            try:
-                outcome: Outcome | Refused = await self._submit(entry, 0, {"instruction": info.instruction, **obs})
-            finally:
-                self._close(entry, None)
-        except protocol.ProtocolError as exc:
-            log.warning("bad frame from %s: %s", connection.ws.remote_address, exc)
-            await connection.send(f"bad request: {exc}")
-            return
-        except (Refused, PolicyError) as exc:
-            outcome = exc
-        except Exception as exc:  # every request gets a reply, even one that meets a server bug
-            log.error("failed to serve an openpi request", exc_info=exc)
-            outcome = exc
-        if isinstance(outcome, Exception):
-            await connection.send("\n".join(filter(None, [str(outcome), _remote_traceback(outcome)])))
-        else:
-            await connection.send(protocol.pack({"actions": outcome}))
-
-    # -- episodes ----------------------------------------------------------------------------
-
-    async def _admit(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
-        """Wait for a slot, register the episode and reset its state in the policy."""
-        if episode_id in self._episodes:
-            raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
-        if len(connection.episodes) + connection.opening >= self.config.max_episodes:
-            raise Refused(protocol.ADMISSION, f"this connection already holds {self.config.max_episodes} episodes")
-        connection.opening += 1
-        try:
-            admitted = await self._slots.acquire(self.config.admission_timeout_s)
-        finally:
-            connection.opening -= 1
-        if not admitted:
-            raise Refused(
-                protocol.ADMISSION,
-                f"no free episode slot within {self.config.admission_timeout_s:g} s: {len(self._episodes)} episodes "
-                f"are open (max-episodes {self.config.max_episodes})",
-            )
-        try:  # the slot is ours: until the episode is registered (then _close frees it), give it back on any exit
-            if episode_id in self._episodes:
-                raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
-            loop = asyncio.get_running_loop()
-            entry = OpenEpisode(ServedEpisode(episode_id, info, episode_rng(info)), connection, loop.time())
-        except BaseException:
-            self._slots.release()
-            raise
-        self._episodes[episode_id] = entry
-        connection.episodes[episode_id] = entry
-        assert self.engine is not None
-        try:
-            await self._in_policy_thread(self.engine.open, entry.episode)
-        except BaseException:
-            self._close(entry, None)
-            raise
-        return entry
-
-    def _submit(self, entry: OpenEpisode, step: int, obs: dict[str, Any]) -> asyncio.Future[Outcome]:
-        if entry.request is not None:
-            raise Refused(protocol.BUSY, f"episode {entry.episode.id} already has a request in flight")
-        if step < entry.episode.step:
-            raise Refused(protocol.BAD_REQUEST, f"step {step} goes back from step {entry.episode.step}")
-        entry.episode.step = step
-        entry.request = future = self.batcher.submit(entry.episode, obs)
-        self.requests += 1
-
-        def settled(_: asyncio.Future[Outcome]) -> None:
-            entry.request = None
-            entry.last_active = asyncio.get_running_loop().time()
-
-        future.add_done_callback(settled)
-        return future
-
-    def _close(self, entry: OpenEpisode, reason: str | None) -> None:
-        """Forget an episode, free its slot and (on the policy thread) its state. Idempotent."""
-        episode = entry.episode
-        if self._episodes.get(episode.id) is not entry:
-            return
-        del self._episodes[episode.id]
-        entry.connection.episodes.pop(episode.id, None)
+    def _release(self, episode: ServedEpisode) -> None:
+        """A closed episode's queued requests go, and its state (on the policy thread)."""
         self.batcher.withdraw(episode)
-        self._slots.release()
         if self.engine is not None:
             with contextlib.suppress(RuntimeError):  # shutting down: the state goes with the process
                 self._executor.submit(self.engine.close, episode)
-        if reason:
-            log.info("closed episode %s (%s seed %d): %s", episode.id, episode.info.task, episode.info.seed, reason)
 
     async def _reap_idle(self) -> None:
-        limit = self.config.idle_timeout_s
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(min(max(limit / 4, 0.05), 30.0))
-            now = loop.time()
-            for entry in [e for e in self._episodes.values() if e.request is None and now - e.last_active > limit]:
-                self.reaped += 1
-                self._reaped[entry.episode.id] = None
-                while len(self._reaped) > REAPED_MEMORY:
-                    self._reaped.popitem(last=False)
-                log.warning(
-                    "closed episode %s (%s seed %d) after %.0f s without a request (idle limit %g s); its state is freed",
-                    entry.episode.id,
-                    entry.episode.info.task,
-                    entry.episode.info.seed,
-                    now - entry.last_active,
-                    limit,
-                )
-                self._close(entry, None)
-
-    def _why_unknown(self, episode_id: str) -> str:
-        if episode_id in self._reaped:
-            return f"episode {episode_id} was closed by the server after {self.config.idle_timeout_s:g} s without a request"
-        return f"episode {episode_id} is not open on this connection"
+            await asyncio.sleep(min(max(self.config.idle_timeout_s / 4, 0.05), 30.0))
+            self.table.reap(loop.time())
 
     def _could_request(self) -> int:
-        """How many requests could be waiting at most: one per open episode, or per openpi connection."""
-        return self._connections if self.config.protocol == "openpi" else len(self._episodes)
+        """How many requests could be waiting at most (the batcher waits no longer once all are in)."""
+        return self._connections if self._protocol.LOAD_UNIT == "connection" else len(self.table.episodes)
 
     # -- the policy thread ---------------------------------------------------------------------
 
@@ -395,17 +224,3 @@ class PolicyServer:
 
     async def _in_policy_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-
-def _remote_traceback(exc: BaseException) -> str | None:
-    cause = exc.__cause__
-    return "".join(traceback.format_exception(cause)) if cause is not None else None
-
-
-def _server_error(exc: Exception, episode_id: str | None) -> bytes:
-    log.error("failed to serve a request for episode %s", episode_id, exc_info=exc)
-    return protocol.error(protocol.SERVER, f"the server failed: {type(exc).__name__}: {exc}", episode_id)
-
-
-def _policy_error(exc: PolicyError, episode_id: str) -> bytes:
-    return protocol.error(protocol.POLICY, str(exc), episode_id, _remote_traceback(exc))

@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
+LOAD_UNIT = "episode"
+"""Requests that can wait at once: one per open episode (a connection holds at most one)."""
+
 
 async def serve_connection(server: PolicyServer, connection: Connection) -> None:
     """Answer one harness connection's frames until it closes (the server closes its episode)."""
-    session = _HarnessSession(server, connection)
+    session = _HarnessSession(server, connection)  # the harness speaks first: no greeting
     async for frame in connection.ws:
         await session.handle(frame)
 
@@ -84,19 +87,23 @@ class _HarnessSession:
         self._end()
         try:
             info = _episode_info(payload.get("task"))
-            self.entry = await self.server._admit(self.connection, uuid.uuid4().hex, info)
+            self.entry = await self.server.open_episode(self.connection, uuid.uuid4().hex, info)
         except (Refused, PolicyError, ProtocolError) as exc:
             await self.connection.send(wire.error_frame(f"episode_start_failed: {exc}", seq))
 
     async def _observe(self, payload: dict[str, Any], seq: int) -> None:
         entry = self.entry
-        if entry is None or self.server._episodes.get(entry.episode.id) is not entry:
-            why = "no episode_start on this connection" if entry is None else self.server._why_unknown(entry.episode.id)
+        if entry is None or self.connection.episodes.get(entry.episode.id) is not entry:
+            why = (
+                "no episode_start on this connection"
+                if entry is None
+                else self.server.table.why_unknown(entry.episode.id)
+            )
             await self.connection.send(wire.error_frame(f"observation_failed: {why}", seq))
             return
         step = entry.episode.step + 1
         if not self.pending:
-            outcome = await self.server._submit(entry, step, wire.from_wire_observation(payload))
+            outcome = await self.server.table.submit(entry, step, wire.from_wire_observation(payload))
             if isinstance(outcome, PolicyError):
                 await self.connection.send(wire.error_frame(f"observation_failed: {outcome}", seq))
                 return
@@ -108,7 +115,7 @@ class _HarnessSession:
         entry, self.entry = self.entry, None
         self.pending.clear()
         if entry is not None:
-            self.server._close(entry, None)
+            self.server.table.close(entry, None)
 
 
 def _episode_info(task: Any) -> EpisodeInfo:
