@@ -1,7 +1,7 @@
 """Command line:
 
 ``python -m pytest_vlaeval install-assets [--benchmark NAME] [--from DIR] [--force]``
-``python -m pytest_vlaeval merge RUN_DIR... [--out DIR]`` (see ``merge.py``)
+``python -m pytest_vlaeval merge RUN_DIR... [--out DIR]`` (see ``results/merge.py``)
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SUMMARY_FILE = "summary.json"
+from pytest_vlaeval.results import schema
+from pytest_vlaeval.results.rundir import RunDir
+
 SERVED_EPISODE_WAIT_S = 24 * 3600.0
 """How long an episode may wait for a policy object that serves one episode at a time."""
 
@@ -50,15 +52,15 @@ class Summary:
     n_completed: int
     n_errors: int
     n_missing: int
-    errored_episodes: list[dict[str, Any]]
+    errored_episodes: list[schema.ErroredEpisode]
     partial: bool
     exit_code: int
     """pytest's: 0 when every episode succeeded (and a gate, if asked for, passed), else 1."""
-    raw: dict[str, Any] = field(repr=False)
+    raw: schema.Summary = field(repr=False)
 
     @classmethod
     def from_run(cls, run_dir: Path, exit_code: int) -> Summary:
-        body = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        body: schema.Summary = json.loads(RunDir(run_dir).summary.read_text(encoding="utf-8"))
         return cls(
             run_dir=run_dir,
             sr_split=body["sr_split"],
@@ -124,7 +126,7 @@ def evaluate(
     with _served(policy, benchmark, env) as spec:
         exit_code, output = _run_session([*args, "--policy", spec], env)
     run_dir = results_root / name
-    if exit_code not in (0, 1) or not (run_dir / SUMMARY_FILE).is_file():
+    if exit_code not in (0, 1) or not RunDir(run_dir).summary.is_file():
         raise EvaluationError(_one_line(output, exit_code))
     return Summary.from_run(run_dir, exit_code)
 

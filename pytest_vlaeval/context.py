@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_vlaeval.results.rundir import RunDir, shard_label
+
 if TYPE_CHECKING:
     from pytest_vlaeval.results.sequential_gate import SequentialSettings
     from pytest_vlaeval.spec import Selection
@@ -32,8 +34,12 @@ class RunContext:
     """``--vla-sequential``: seeds in blocks, early stop (``sequential_gate``)."""
 
     @property
+    def dir(self) -> RunDir:
+        return RunDir(self.run_dir)
+
+    @property
     def store_label(self) -> str:
-        return f"shard{self.shard[0]}of{self.shard[1]}" if self.shard else ""
+        return shard_label(*self.shard) if self.shard else ""
 
 
 WORKER_PLAN = "vla_plan"

@@ -2,11 +2,14 @@
 
 - ``SpecError``: the user's command line or benchmark file is wrong; the session does not start.
 - ``EpisodeError`` and subclasses: the harness could not evaluate an episode (policy fault,
-  simulator fault, missing asset, dead server). Reported as a pytest *error*, never a failure.
+  simulator fault, missing asset, dead server, crashed worker). Reported as a pytest *error*,
+  never a failure; its ``kind`` is the record's ``error_kind``.
 - ``EpisodeFailed``: the episode ran to its end and the success latch never fired.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class SpecError(Exception):
@@ -18,35 +21,43 @@ class EpisodeError(Exception):
 
     kind = "error"
 
+    def __init_subclass__(cls, kind: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = kind or cls.kind
 
-class PolicyError(EpisodeError):
+
+# Raised on a worker, by the policy, the simulator or a policy server.
+class PolicyError(EpisodeError, kind="policy"):
     """The policy raised, or returned something that is not a valid action chunk."""
 
-    kind = "policy"
 
-
-class EnvError(EpisodeError):
+class EnvError(EpisodeError, kind="env"):
     """The simulator could not be built, reset or stepped."""
 
-    kind = "env"
 
-
-class ServerError(EpisodeError):
+class ServerError(EpisodeError, kind="server"):
     """A policy server could not be reached, timed out, refused a request or broke protocol."""
 
-    kind = "server"
 
-
-class AssetMissing(EnvError):
+class AssetMissing(EnvError, kind="asset"):
     """A data file the task needs is not installed."""
 
-    kind = "asset"
 
-
-class EpisodeTimeout(EnvError):
+class EpisodeTimeout(EnvError, kind="timeout"):
     """The episode ran past ``--vla-timeout``; the env it was using is not trusted again."""
 
-    kind = "timeout"
+
+# Recorded by the controller, for an episode whose worker could not report it.
+class WorkerCrash(EpisodeError, kind="crash"):
+    """The worker running the episode died (or was ended for being stuck past its deadline)."""
+
+
+class HarnessFault(EpisodeError, kind="harness"):
+    """The harness failed before the episode could run (a pytest error outside the episode)."""
+
+
+class ResultLost(EpisodeError, kind="lost"):
+    """The episode was scheduled but no worker ever reported it."""
 
 
 class EpisodeFailed(AssertionError):

@@ -1,18 +1,20 @@
 """pytest entry point: options, and nothing else until ``--benchmark`` is given.
 
 This module is imported by every pytest run in an environment where the package is installed,
-so it imports only pytest and the standard library. With ``--benchmark`` it registers the
-session plugins that do the work:
+so it imports only pytest, the standard library and ``choices`` (the options' vocabularies, a
+standard-library-only leaf). With ``--benchmark``, ``session`` registers the plugins that do the work:
 
-- ``collect.BenchmarkCollection``: the benchmark's episodes become the session's items;
-- ``collect.EpisodeReports``: each episode's record rides on its test report;
-- ``controller.ResultsController`` (controller process only): records -> store -> canonical
-  JSON, terminal summary.
+- ``episodes.collect.BenchmarkCollection``: the benchmark's episodes become the session's items;
+- ``episodes.collect.EpisodeReports``: each episode's record rides on its test report;
+- ``controller.adapter.ResultsController`` (controller process only): records -> store ->
+  canonical JSON, gate, reports.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from pytest_vlaeval.choices import LIVE_MODES, RENDER_BACKENDS, VIDEO_MODES
 
 DEFAULT_RESULTS = "results"
 
@@ -37,10 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="serve the policy SPEC (module:attr or built-in) from one server process for the whole session, "
         "shared by all xdist workers and batched across their episodes",
     )
-    group.addoption("--episodes", type=int, metavar="N", help="episodes per task [benchmark's protocol: 50]")
-    group.addoption(
-        "--vla-start-seed", type=int, metavar="SEED", help="seed of episode 0; episode i uses SEED+i [4242424242]"
-    )
+    group.addoption("--episodes", type=int, metavar="N", help="episodes per task [the benchmark's protocol]")
+    group.addoption("--vla-start-seed", type=int, metavar="SEED", help="episode i's seed is SEED+i [the benchmark's]")
     group.addoption("--vla-tasks", metavar="IDS", help="comma-separated env ids to evaluate (within the split)")
     group.addoption("--vla-results", metavar="DIR", help=f"output root; each run writes DIR/<run>/ [{DEFAULT_RESULTS}]")
     group.addoption(
@@ -50,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--vla-render",
-        choices=("auto", "gpu", "cpu"),
+        choices=RENDER_BACKENDS,
         help="simulation/render backend: gpu when a CUDA device is present under auto, else software Vulkan [auto]",
     )
     group.addoption(
@@ -76,14 +76,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--vla-video",
-        choices=("none", "failed", "all"),
+        choices=VIDEO_MODES,
         default="none",
         help="write an mp4 per episode (scene beside the two cameras) under <run>/videos/: "
         "none, failed (every episode that did not succeed) or all [none]",
     )
     group.addoption(
         "--vla-live",
-        choices=("auto", "on", "off"),
+        choices=LIVE_MODES,
         default="auto",
         help="live progress panel: auto shows it on a terminal; elsewhere a line per finished task [auto]",
     )

@@ -28,55 +28,37 @@ from pytest_vlaeval.serving.url import TOKEN_ENV
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
+SETTINGS: dict[str, tuple[Any, str]] = {
+    "host": (str, "address to bind [{}: this machine only]"),
+    "port": (int, "port; 0 picks a free one [{}]"),
+    "protocol": (str, "wire protocol [{}]"),
+    "action_dim": (int, "action dimension D [{}]"),
+    "max_batch_size": ("positive int", "1 is the exact mode [{}]"),
+    "max_wait_ms": (float, "longest a request waits for batch mates [{}]"),
+    "max_episodes": ("positive int", "episodes open at once [{}]"),
+    "admission_timeout_s": ("positive float", "how long an open waits for a slot [{}]"),
+    "idle_timeout_s": ("positive float", "close episodes idle this long [{}]"),
+    "max_message_bytes": ("positive int", "largest accepted frame [{}]"),
+}
+"""``ServerConfig`` fields set from the command line (``--max-batch-size`` for ``max_batch_size``):
+the value's kind and its help, ``{}`` standing for the default."""
+
 
 def parser() -> argparse.ArgumentParser:
-    default = ServerConfig()
     parser = argparse.ArgumentParser(prog="vlaeval-serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", required=True, help="module:attr (class or factory), or a built-in: random, zero")
-    parser.add_argument("--host", default=default.host, help=f"address to bind [{default.host}: this machine only]")
-    parser.add_argument("--port", type=int, default=default.port, help=f"port; 0 picks a free one [{default.port}]")
-    parser.add_argument(
-        "--protocol", choices=PROTOCOLS, default=default.protocol, help=f"wire protocol [{default.protocol}]"
-    )
-    parser.add_argument(
-        "--action-dim", type=int, default=default.action_dim, help=f"action dimension D [{default.action_dim}]"
-    )
-    parser.add_argument(
-        "--max-batch-size",
-        type=_positive(int),
-        default=default.max_batch_size,
-        help=f"1 is the exact mode [{default.max_batch_size}]",
-    )
-    parser.add_argument(
-        "--max-wait-ms",
-        type=_non_negative,
-        default=default.max_wait_ms,
-        help=f"longest a request waits for batch mates [{default.max_wait_ms:g}]",
-    )
-    parser.add_argument(
-        "--max-episodes",
-        type=_positive(int),
-        default=default.max_episodes,
-        help=f"episodes open at once [{default.max_episodes}]",
-    )
-    parser.add_argument(
-        "--admission-timeout-s",
-        type=_positive(float),
-        default=default.admission_timeout_s,
-        help=f"how long an open waits for a slot [{default.admission_timeout_s:g}]",
-    )
-    parser.add_argument(
-        "--idle-timeout-s",
-        type=_positive(float),
-        default=default.idle_timeout_s,
-        help=f"close episodes idle this long [{default.idle_timeout_s:g}]",
-    )
-    parser.add_argument(
-        "--max-message-bytes",
-        type=_positive(int),
-        default=default.max_message_bytes,
-        help=f"largest accepted frame [{default.max_message_bytes // 2**20} MiB]",
-    )
+    default = ServerConfig()  # the one owner of the server's defaults
+    for name, (kind, meaning) in SETTINGS.items():
+        value = getattr(default, name)
+        shown = (
+            f"{value // 2**20} MiB"
+            if name == "max_message_bytes"
+            else f"{value:g}"
+            if isinstance(value, float)
+            else value
+        )
+        options = {"choices": PROTOCOLS} if name == "protocol" else {"type": _checked(kind)}
+        parser.add_argument(f"--{name.replace('_', '-')}", default=value, help=meaning.format(shown), **options)
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"required token [${TOKEN_ENV}]")
     parser.add_argument("--stop-on-stdin-eof", action="store_true", help="stop when standard input closes")
     return parser
@@ -91,19 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s vlaeval-serve %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per health check otherwise
-    config = ServerConfig(
-        host=args.host,
-        port=args.port,
-        action_dim=args.action_dim,
-        max_batch_size=args.max_batch_size,
-        max_wait_ms=args.max_wait_ms,
-        max_episodes=args.max_episodes,
-        admission_timeout_s=args.admission_timeout_s,
-        idle_timeout_s=args.idle_timeout_s,
-        max_message_bytes=args.max_message_bytes,
-        token=args.token or None,
-        protocol=args.protocol,
-    )
+    config = ServerConfig(**{name: getattr(args, name) for name in SETTINGS}, token=args.token or None)
     if not config.token and not _is_loopback(config.host):
         log.warning("serving on %s without a token: anyone who can reach it can use the policy", config.host)
     return asyncio.run(_serve(args.policy, config, args.stop_on_stdin_eof))
@@ -154,21 +124,20 @@ def _is_loopback(host: str) -> bool:
     return host == "localhost"
 
 
-def _positive(kind: type) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+def _checked(kind: Any) -> Callable[[str], Any]:
+    """A converter for argparse: ``int``, ``str``, a ``float`` >= 0, or a "positive int|float" > 0."""
+    if kind in (int, str):
+        return kind
+    positive = isinstance(kind, str)
+    convert = int if kind == "positive int" else float
+
+    def checked(text: str) -> Any:
+        value = convert(text)
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"must be {'positive' if positive else 'non-negative'}, got {text}")
         return value
 
-    return convert
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
+    return checked
 
 
 if __name__ == "__main__":

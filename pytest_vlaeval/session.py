@@ -67,7 +67,7 @@ def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
     from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.episodes.runner import EpisodeRunner
 
-    runner = EpisodeRunner(run.selection, run.policy_spec, run.render, run.timeout, (run.video, run.run_dir / "videos"))
+    runner = EpisodeRunner(run.selection, run.policy_spec, run.render, run.timeout, (run.video, run.dir.videos))
     if config.getoption("vla_serve") and hasattr(config, "workerinput"):
         from pytest_vlaeval.serving.url import SERVED_URL_KEY
 
@@ -104,7 +104,7 @@ def _start_controller(
         from pytest_vlaeval.serving.launcher import serve_session
 
         # Episodes here, and on xdist workers (via their workerinput), use the shared server.
-        runner.policy_spec = serve_session(config, run.policy_spec, run.run_dir / "server.log")
+        runner.policy_spec = serve_session(config, run.policy_spec, run.dir.server_log)
     config.pluginmanager.register(ResultsController(run, store, history, sequential), "vlaeval-controller")
 
 

@@ -45,6 +45,8 @@ class EnvSettings:
     policy_obs_keys: tuple[str, ...]
     preflight: str | None = None
     """A module run as ``python -m MODULE RENDER`` before a session; non-zero exit stops it."""
+    packages: tuple[str, ...] = ()
+    """Distributions whose versions are part of a run's fingerprint (the simulator stack)."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -157,6 +159,7 @@ def load_benchmark(path: Path) -> Benchmark:
                 action_dim=int(env.pop("action_dim")),
                 policy_obs_keys=tuple(env.pop("policy_obs_keys")),
                 preflight=env.pop("preflight", None),
+                packages=tuple(env.pop("packages", ())),
                 options=env,
             ),
             start_seed=int(protocol.get("start_seed", 0)),

@@ -45,6 +45,7 @@ BENCHMARK = {
         "wrapper_chain": "apply_mikasa_vla_wrappers(include_overlays=False)",
         "action_dim": 7,
         "policy_obs_keys": ["rgb", "proprio"],
+        "packages": ["mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium"],
     },
     "protocol": {"start_seed": 4242424242, "episodes": 50},
     "assets": {

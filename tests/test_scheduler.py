@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 from helpers import episode_records, run_dir
 
-from pytest_vlaeval.distribute.scheduler import AffinityScheduling, task_of, uses_affinity
+from pytest_vlaeval.distribute.scheduler import AffinityScheduling, uses_affinity
+from pytest_vlaeval.episodes.nodeid import task_of
 from pytest_vlaeval.errors import SpecError
 
 

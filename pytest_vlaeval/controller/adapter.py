@@ -9,25 +9,29 @@ session end.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections import defaultdict
-from datetime import datetime, timezone
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_vlaeval.context import WORKER_PLAN, RunContext
-from pytest_vlaeval.controller.progress import Progress
-from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem, parse_nodeid
+from pytest_vlaeval.controller.ledger import Ledger
+from pytest_vlaeval.controller.progress import Progress, live_wanted
+from pytest_vlaeval.controller.report import completion_command, render_summary, write_outputs
+from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
-from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.episodes.nodeid import parse_nodeid
+from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, SpecError, WorkerCrash
 from pytest_vlaeval.results.canonical import summary, write_canonical
-from pytest_vlaeval.results.record import ERROR, EpisodeRecord
-from pytest_vlaeval.results.store import POLICY_FILE, RunStore, latest
+from pytest_vlaeval.results.gate import compare
+from pytest_vlaeval.results.record import EpisodeRecord, error_record
+from pytest_vlaeval.results.schema import Canonical
+from pytest_vlaeval.results.store import RunStore, latest
+from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.results.gate import GateResult
     from pytest_vlaeval.results.sequential_gate import SequentialGate
 
 JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
@@ -39,24 +43,22 @@ RERUN_OUTCOME = "rerun"
 
 
 class ResultsController:
+    """pytest's hooks in, the ledger's bookkeeping and the store's files out."""
+
     def __init__(
         self, run: RunContext, store: RunStore, history: list[EpisodeRecord], sequential: SequentialGate | None = None
     ) -> None:
         self.run = run
         self.store = store
-        self.latest = latest(history)
+        self.ledger = Ledger(latest(history), run.retries)
         self.held: list[EpisodeRecord] = []
         """Records kept off the store while a recorded policy may still refuse this session."""
-        self.may_refuse = store.holds(POLICY_FILE)
-        self.refused = False
-        self.scheduled: dict[str, tuple[str, int]] = {}
-        self.reported: set[str] = set()
-        self.pending_by_task: dict[str, set[str]] = defaultdict(set)
-        self.crash_retries: dict[str, int] = defaultdict(int)
-        self.interrupted = False
-        self.written: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
-        self.gate: Any = None
+        self.may_refuse = store.holds_policy()
         self.policy_claimed = False
+        self.refused = False
+        self.interrupted = False
+        self.written: Canonical | None = None
+        self.gate: GateResult | SequentialGate | None = None
         self.chart: Path | None = None
         self.progress = Progress(None, {}, live=False)  # replaced at session start
         self.sequential = sequential
@@ -71,15 +73,12 @@ class ResultsController:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self._schedule(ids)
 
-    def _schedule(self, nodeids: Any) -> None:
-        for nodeid in nodeids:
-            key = parse_nodeid(nodeid)
-            if key is not None and nodeid not in self.scheduled:
-                self.scheduled[nodeid] = key
-                self.pending_by_task[key[0]].add(nodeid)
-                self.progress.schedule(key[0])
-                if self.sequential:
-                    self.sequential.schedule(key[1])
+    def _schedule(self, nodeids: Iterable[str]) -> None:
+        episodes = ((nodeid, key) for nodeid in nodeids if (key := parse_nodeid(nodeid)) is not None)
+        for task, seed in self.ledger.schedule(episodes):
+            self.progress.schedule(task)
+            if self.sequential:
+                self.sequential.schedule(seed)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -91,15 +90,14 @@ class ResultsController:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A worker died mid-episode: record the crash, and retry it if retries are left."""
-        if crashitem not in self.scheduled:
+        if crashitem not in self.ledger.scheduled:
             return
         worker = getattr(getattr(report, "node", None), "gateway", None)
         message = f"worker {getattr(worker, 'id', '?')} crashed while running this episode"
         if self.run.timeout:
             message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
-        self._accept(crashitem, self._error(crashitem, message, "crash", worker), final=False)
-        if self.crash_retries[crashitem] < self.run.retries:
-            self.crash_retries[crashitem] += 1
+        self._accept(self._error(crashitem, WorkerCrash(message), worker))
+        if self.ledger.retry_crash(crashitem):
             report.outcome = RERUN_OUTCOME  # type: ignore[assignment]
             sched.mark_test_pending(crashitem)
         else:
@@ -112,21 +110,20 @@ class ResultsController:
         return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid not in self.scheduled or report.nodeid in self.reported:
+        if not self.ledger.expects(report.nodeid):
             return
         payload = getattr(report, RECORD_ATTR, None)
         if payload is not None:
             for attempt in payload:
-                self._accept(report.nodeid, EpisodeRecord.from_dict(attempt), final=False)
+                self._accept(EpisodeRecord.from_dict(attempt))
             self._settle(report.nodeid)
         elif report.failed:  # a harness fault before the episode ran (crashes come through handlecrashitem)
             message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "no result"
-            self._accept(report.nodeid, self._error(report.nodeid, message, "harness"), final=True)
+            self._accept(self._error(report.nodeid, HarnessFault(message)))
+            self._settle(report.nodeid)
 
-    def _accept(self, nodeid: str, record: EpisodeRecord, *, final: bool) -> None:
-        previous = self.latest.get(record.key)
-        record = dataclasses.replace(record, attempt=previous.attempt + 1 if previous else 1)
-        self.latest[record.key] = record
+    def _accept(self, record: EpisodeRecord) -> None:
+        record = self.ledger.number(record)
         if record.completed and not self.policy_claimed:
             self._claim_policy(record)
         if self.policy_claimed or not self.may_refuse:
@@ -134,19 +131,12 @@ class ResultsController:
             self.store.append(record)
         else:  # until an episode shows this is the run's policy, the run's files stay as they are
             self.held.append(record)
-        if final:
-            self._settle(nodeid)
 
     def _claim_policy(self, record: EpisodeRecord) -> None:
         """What only a worker learns joins the run's fingerprint: the policy's own description
         (name, config, chunk size) and the render backend ``auto`` resolved to."""
-        identity = {
-            "model": record.model,
-            "action_chunk_size": record.chunk_size,
-            "render_backend": record.render_backend,
-        }
         try:
-            self.store.claim(identity, POLICY_FILE)
+            self.store.claim_policy(record)
         except SpecError as exc:
             self.store.close()
             self.refused = True
@@ -159,56 +149,34 @@ class ResultsController:
             self.store.append(record)
 
     def _settle(self, nodeid: str) -> None:
-        self.reported.add(nodeid)
-        task, seed = self.scheduled[nodeid]
-        pending = self.pending_by_task[task]
-        pending.discard(nodeid)
-        self.progress.settled(task, self.latest[(task, seed)].outcome)
-        if not pending:
+        task, seed = self.ledger.scheduled[nodeid]
+        task_done = self.ledger.settle(nodeid)
+        self.progress.settled(task, self.ledger.latest[(task, seed)].outcome)
+        if task_done:
             self.write()
+            assert self.written is not None
             self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
-        if self.sequential and self.sequential.settle(seed, self.latest) and self.session is not None:
+        if self.sequential and self.sequential.settle(seed, self.ledger.latest) and self.session is not None:
             self._stop_early(self.session)
 
     def _stop_early(self, session: pytest.Session) -> None:
         """The sequential gate's verdict is settled: run nothing more (the affinity scheduler
         reads ``stopped``; a serial session stops after this episode)."""
-        from pytest_vlaeval.controller.report import completion_command
-
         assert self.sequential is not None
         self.sequential.stopped = True
         self.sequential.resume_command = completion_command(session.config.invocation_params.args, resume=True)
         session.shouldstop = f"{self.sequential.outcome}: the sequential gate's verdict is settled"
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from pytest_vlaeval.controller.progress import Progress, live_wanted
-
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         steps = {t.env_id: t.max_steps for t in self.run.selection.tasks}
         self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
         self.progress.start()
         self.session = session
 
-    def _errored_this_session(self) -> bool:
-        """Whether an episode of this session ended in an error (an incomplete run never passes)."""
-        settled = {self.scheduled[nodeid] for nodeid in self.reported}
-        return any(self.latest[key].outcome == ERROR for key in settled if key in self.latest)
-
-    def _error(self, nodeid: str, message: str, kind: str, worker: Any = None) -> EpisodeRecord:
-        task, seed = self.scheduled[nodeid]
-        return EpisodeRecord(
-            task=task,
-            seed=seed,
-            outcome=ERROR,
-            success=None,
-            episode_return=None,
-            length=None,
-            message=message,
-            wall_time=0.0,
-            worker=getattr(worker, "id", "controller"),
-            time=datetime.now(timezone.utc).isoformat(),
-            error_kind=kind,
-        )
+    def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:
+        task, seed = self.ledger.scheduled[nodeid]
+        return error_record(task, seed, error, worker=getattr(worker, "id", "controller"))
 
     # -- session end -------------------------------------------------------------------------
 
@@ -225,20 +193,18 @@ class ResultsController:
         self.interrupted = not stopped and (
             self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         )
-        unreported = sorted(set(self.scheduled) - self.reported)
+        unreported = self.ledger.unreported()
         if stopped:
+            assert self.sequential is not None
             self.sequential.saved = len(unreported)  # not needed for the verdict: neither errors nor lost
         elif not self.interrupted:
             for nodeid in unreported:
-                self._accept(
-                    nodeid, self._error(nodeid, "scheduled but no result arrived from any worker", "lost"), final=True
-                )
+                self._accept(self._error(nodeid, ResultLost("scheduled but no result arrived from any worker")))
+                self._settle(nodeid)
         self._store_held()  # no episode completed to claim the policy; its errors still count
         if self.sequential is not None:
             self.gate = self.sequential
         elif self.run.baseline is not None:
-            from pytest_vlaeval.results.gate import compare
-
             _, per_task = self._summary()
             self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
         if self.gate is not None:
@@ -246,18 +212,7 @@ class ResultsController:
         self.write()
         self.store.close()
         assert self.written is not None
-        body, per_task = self.written
-        from pytest_vlaeval.controller.report import markdown_report
-        from pytest_vlaeval.results.chart import CHART_FILE, write_chart
-
-        self.chart = write_chart(body, per_task, self.run.run_dir / CHART_FILE)
-
-        markdown = markdown_report(body, per_task, self.gate, self.run)
-        (self.run.run_dir / "report.md").write_text(markdown, encoding="utf-8")
-        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step_summary:
-            with Path(step_summary).open("a", encoding="utf-8") as f:
-                f.write(markdown + "\n")
+        self.chart = write_outputs(*self.written, self.gate, self.run)
 
     @property
     def _stopped_early(self) -> bool:
@@ -266,19 +221,19 @@ class ResultsController:
     def _gate_exit_status(self, status: int, stopped: bool) -> int:
         """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this
         session errored (an incomplete run never passes), else 0 where the gate judges the run."""
-        from pytest_vlaeval.results.gate import EXIT_GATE_FAILED, FAIL, UNDECIDED
-
+        assert self.gate is not None
         if self.gate.outcome == FAIL:
             return EXIT_GATE_FAILED
         if self.gate.outcome == UNDECIDED:
+            assert self.run.sequential is not None
             return self.run.sequential.undecided_exit
         if status not in JUDGED_BY_THE_GATE and not stopped:
             return status
-        if self._errored_this_session():
+        if self.ledger.errored():
             return pytest.ExitCode.TESTS_FAILED
         return pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
 
-    def _summary(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _summary(self) -> Canonical:
         return summary(self.run.selection, self.store.history() + self.held, interrupted=self.interrupted)
 
     def write(self) -> None:
@@ -291,12 +246,10 @@ class ResultsController:
             if self.gate is not None:
                 body["gate"] = self.gate.as_dict()
             if not self.held:
-                write_canonical(self.run.run_dir, body, per_task)
+                write_canonical(self.store.dir, body, per_task)
         self.written = body, per_task
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if self.written is None:
             return
-        from pytest_vlaeval.controller.report import render_summary
-
         render_summary(terminalreporter, *self.written, self.run, self.gate, config.invocation_params.args, self.chart)

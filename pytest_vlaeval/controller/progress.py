@@ -13,8 +13,8 @@ from collections import Counter
 from typing import IO, Any
 
 from pytest_vlaeval.results.record import ERROR, SUCCESS
+from pytest_vlaeval.results.schema import TaskResult
 
-LIVE_MODES = ("auto", "on", "off")
 RECENT_ROWS = 8
 # Costs in env steps for the ETA (measured on MIKASA: a step ~0.13 s, a reconfiguring reset
 # ~0.4 s, an env build ~5 s); a worker builds each task's env about once.
@@ -47,7 +47,7 @@ class Progress:
         self.errors[task] += outcome == ERROR
         self._refresh()
 
-    def task_finished(self, task: str, result: dict[str, Any] | None) -> None:
+    def task_finished(self, task: str, result: TaskResult | None) -> None:
         self.finished.append(task)
         if self.reporter is None:
             return

@@ -1,19 +1,25 @@
-"""Terminal summary: per-task, per-split and per-memory-type success rates, from ``summary.json``.
+"""The run's reports: the terminal summary (per-task, per-split and per-memory-type success
+rates, from ``summary.json``), ``report.md`` and the chart.
 
-Rendered with rich into the terminal reporter (plain text when output is not a terminal), so it
-sits in pytest's own summary section and never interleaves with progress output.
+The terminal summary is rendered with rich into the terminal reporter (plain text when output is
+not a terminal), so it sits in pytest's own summary section and never interleaves with progress.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.context import RunContext
-from pytest_vlaeval.results.gate import FAIL, UNDECIDED, GateResult
+from pytest_vlaeval.results.chart import write_chart
+from pytest_vlaeval.results.gate import GateResult
+from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.sequential_gate import SequentialGate
+from pytest_vlaeval.results.verdict import FAIL, UNDECIDED
 
 NARROWING = (
     "--lf",
@@ -33,10 +39,24 @@ SEQUENTIAL_WITH_VALUE = ("--vla-min-sr", "--vla-block", "--vla-undecided-exit")
 """The sequential gate's options: a command completing the canonical run after an early stop drops them."""
 
 
+def write_outputs(
+    summary: Summary, per_task: list[TaskResult], gate: GateResult | SequentialGate | None, run: RunContext
+) -> Path | None:
+    """The run's chart and ``report.md`` (appended to the GitHub step summary in CI); the chart's path."""
+    chart = write_chart(summary, per_task, run.dir.chart)
+    markdown = markdown_report(summary, per_task, gate, run)
+    run.dir.report.write_text(markdown, encoding="utf-8")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with Path(step_summary).open("a", encoding="utf-8") as f:
+            f.write(markdown + "\n")
+    return chart
+
+
 def render_summary(
     terminalreporter: Any,
-    summary: dict[str, Any],
-    per_task: list[dict[str, Any]],
+    summary: Summary,
+    per_task: list[TaskResult],
     run: RunContext,
     gate: GateResult | SequentialGate | None,
     args: tuple[str, ...],
@@ -79,12 +99,13 @@ def render_summary(
         )
 
 
-def _tables(tr: Any, summary: dict[str, Any], per_task: list[dict[str, Any]]) -> str:
+def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     from rich.console import Console
     from rich.table import Table
 
     buffer = io.StringIO()
-    console = Console(file=buffer, width=max(tr._tw.fullwidth, 120), force_terminal=tr._tw.hasmarkup, highlight=False)
+    width = max(shutil.get_terminal_size().columns, 120)  # the terminal's width, as pytest's own writer sees it
+    console = Console(file=buffer, width=width, force_terminal=tr.hasmarkup, highlight=False)
 
     tasks = Table(show_edge=False)
     for column, justify in (
@@ -143,7 +164,7 @@ def completion_command(args: tuple[str, ...], *, resume: bool = False) -> str:
 
 
 def markdown_report(
-    summary: dict[str, Any], per_task: list[dict[str, Any]], gate: GateResult | SequentialGate | None, run: RunContext
+    summary: Summary, per_task: list[TaskResult], gate: GateResult | SequentialGate | None, run: RunContext
 ) -> str:
     """``report.md``: split, memory-type and per-task SR with 95% intervals, and the gate verdict."""
     lines = [

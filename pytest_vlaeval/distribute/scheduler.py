@@ -32,7 +32,7 @@ from xdist.remote import Producer
 from xdist.report import report_collection_diff
 from xdist.workermanage import WorkerController, parse_tx_spec_config
 
-from pytest_vlaeval.episodes.collect import split_node_name
+from pytest_vlaeval.episodes.nodeid import task_nodeid, task_of
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.spec import Selection
 
@@ -41,11 +41,6 @@ MIN_PENDING = 2
 
 DEFAULT_BUILD_COST = 1.0
 """Before any timing has come back, an env build is taken to cost about one episode."""
-
-
-def task_of(nodeid: str) -> str:
-    """The unit of affinity: an episode's node id without its seed (``split::ENV_ID``)."""
-    return nodeid.rpartition("::")[0]
 
 
 @dataclass
@@ -407,7 +402,6 @@ def install(config: pytest.Config, selection: Selection, blocks: SequentialBlock
             # distribution on, and the hook below still chooses the scheduler.
             config.option.dist = "load"
         steps = {
-            f"{split_node_name(selection.benchmark.name, task.split)}::{task.env_id}": task.max_steps
-            for task in selection.tasks
+            task_nodeid(selection.benchmark.name, task.split, task.env_id): task.max_steps for task in selection.tasks
         }
         config.pluginmanager.register(AffinityPlugin(steps, blocks), "vlaeval-scheduler")

@@ -15,7 +15,8 @@ import glob
 import os
 import sys
 
-BACKENDS = ("auto", "gpu", "cpu")
+from pytest_vlaeval.choices import RENDER_BACKENDS
+
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
 NO_VULKAN_HINT = (
     "install Mesa's lavapipe >= 25 (Debian 12: mesa-vulkan-drivers from bookworm-backports; "
@@ -29,8 +30,8 @@ _patched = False
 
 def resolve_backend(requested: str) -> str:
     """``auto`` -> ``gpu`` when torch sees a CUDA device, else ``cpu``."""
-    if requested not in BACKENDS:
-        raise ValueError(f"--vla-render {requested!r}; valid: {', '.join(BACKENDS)}")
+    if requested not in RENDER_BACKENDS:
+        raise ValueError(f"--vla-render {requested!r}; valid: {', '.join(RENDER_BACKENDS)}")
     if requested != "auto":
         return requested
     import torch

@@ -1,4 +1,4 @@
-"""Episodes as pytest items: ``<benchmark>-<split>::<ENV_ID>::<seed>``, one per (task, seed).
+"""Episodes as pytest items, one per (task, seed), under a node per split and per task (``nodeid``).
 
 The episode runs in ``setup`` and its verdict is checked in ``call``: anything the harness
 could not do is therefore a pytest *error* (and a failed setup everywhere: terminal, junitxml,
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_vlaeval.episodes.nodeid import split_nodeid
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.errors import EpisodeError, EpisodeFailed
 from pytest_vlaeval.results.record import ERROR, EpisodeRecord
@@ -25,18 +26,6 @@ if TYPE_CHECKING:
 
 RECORD_ATTR = "vla_records"
 """Attribute of a TestReport that carries the episode's records, one per attempt (JSON-safe dicts)."""
-
-
-def split_node_name(benchmark: str, split: str) -> str:
-    return f"{benchmark}-{split}"
-
-
-def parse_nodeid(nodeid: str) -> tuple[str, int] | None:
-    """(env_id, seed) of an episode node id, or None for any other node."""
-    parts = nodeid.split("::")
-    if len(parts) != 3 or not parts[2].isdigit():
-        return None
-    return parts[1], int(parts[2])
 
 
 class EpisodeItem(pytest.Item):
@@ -160,8 +149,8 @@ class BenchmarkCollection:
         return [
             SplitNode.from_parent(
                 session,
-                name=split_node_name(name, split),
-                nodeid=split_node_name(name, split),
+                name=split_nodeid(name, split),
+                nodeid=split_nodeid(name, split),
                 tasks=tasks,
                 plan=self.plan,
             )

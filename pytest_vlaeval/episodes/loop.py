@@ -1,6 +1,6 @@
 """The canonical episode loop (MIKASA-Robo-VLA protocol), independent of any simulator.
 
-The env it drives is a benchmark adapter (see ``mikasa.py``) with plain-Python step results:
+The env it drives is a benchmark adapter (see ``envs/mikasa.py``) with plain-Python step results:
 ``reset(seed=, options=) -> (obs, info)``, ``step(action) -> (obs, reward, terminated,
 truncated, info)`` with ``info["success"]`` a bool, ``max_episode_steps`` and ``close()``.
 """

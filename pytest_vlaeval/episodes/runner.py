@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from pytest_vlaeval.errors import AssetMissing, EnvError, EpisodeError, EpisodeT
 from pytest_vlaeval.importing import load_reference, split_reference
 from pytest_vlaeval.policy.contract import Policy, describe_policy
 from pytest_vlaeval.policy.loading import build_policy
-from pytest_vlaeval.results.record import ERROR, FAILURE, SUCCESS, EpisodeRecord, outcome_message
+from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, error_record, outcome_message, timestamp
 from pytest_vlaeval.spec import Selection, Task
 
 
@@ -79,19 +77,27 @@ class EpisodeRunner:
                     raise
                 fields["video"] = self._keep_video(video, task, seed, success=result.success)
         except EpisodeError as exc:
-            detail = "".join(traceback.format_exception(exc.__cause__)) if exc.__cause__ else None
-            return self._record(
-                task, seed, started, outcome=ERROR, message=str(exc), error_kind=exc.kind, detail=detail, **fields
+            return error_record(
+                task.env_id,
+                seed,
+                exc,
+                worker=self.worker,
+                wall_time=_since(started),
+                render_backend=self._render_backend(),
+                **fields,
             )
-        return self._record(
-            task,
-            seed,
-            started,
+        return EpisodeRecord(
+            task=task.env_id,
+            seed=seed,
             outcome=SUCCESS if result.success else FAILURE,
             success=result.success,
             episode_return=result.episode_return,
             length=result.length,
             message=outcome_message(result.success, result.length, result.episode_return),
+            wall_time=_since(started),
+            worker=self.worker,
+            time=timestamp(),
+            render_backend=self._render_backend(),
             **fields,
         )
 
@@ -147,16 +153,9 @@ class EpisodeRunner:
         module_name, attr = split_reference(self.selection.benchmark.env.factory) or ("", "")
         return load_reference(module_name, attr)
 
-    def _record(self, task: Task, seed: int, started: float, **fields: Any) -> EpisodeRecord:
-        return EpisodeRecord(
-            task=task.env_id,
-            seed=seed,
-            success=fields.pop("success", None),
-            episode_return=fields.pop("episode_return", None),
-            length=fields.pop("length", None),
-            wall_time=round(time.perf_counter() - started, 3),
-            worker=self.worker,
-            time=datetime.now(timezone.utc).isoformat(),
-            render_backend=getattr(self._env, "render_backend", None),
-            **fields,
-        )
+    def _render_backend(self) -> str | None:
+        return getattr(self._env, "render_backend", None)
+
+
+def _since(started: float) -> float:
+    return round(time.perf_counter() - started, 3)

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-VIDEO_MODES = ("none", "failed", "all")
 FPS = 30
 
 

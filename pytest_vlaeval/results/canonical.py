@@ -1,4 +1,5 @@
-"""The canonical output schema and the success-rate formulas: the one place that owns both.
+"""The canonical files from the run's records: per-task results and the summary (their types:
+``schema``; their formulas: ``stats``).
 
 Per task ``<ENV_ID>.json`` and ``summary.json`` carry every field of the benchmark's reference
 runner under the same names; our extra fields (coverage, errors, intervals) are additions.
@@ -11,10 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
 
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
 from pytest_vlaeval.results.stats import group_sr, seed_clustered_interval, wilson
 from pytest_vlaeval.results.store import latest, write_json_atomic
 from pytest_vlaeval.spec import Selection, Task
@@ -34,7 +35,7 @@ def mean(values: Iterable[float]) -> float:
     return sum(values) / len(values)
 
 
-def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) -> dict[str, Any]:
+def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) -> TaskResult:
     """One task's canonical JSON from its records (one per seed, any order)."""
     benchmark = selection.benchmark
     done = sorted((r for r in records if r.completed), key=lambda r: r.seed)
@@ -70,9 +71,7 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
     }
 
 
-def summary(
-    selection: Selection, history: list[EpisodeRecord], *, interrupted: bool
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def summary(selection: Selection, history: list[EpisodeRecord], *, interrupted: bool) -> Canonical:
     """Summary and per-task results over the run's whole episode universe, from every record of
     the run (oldest first; the latest attempt of each episode counts).
 
@@ -91,8 +90,8 @@ def summary(
         if any(r.completed for r in by_task[task.env_id])
     ]
     per_task_sr = {r["env_id"]: r["sr"] for r in per_task}
-    by_memory: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    by_split: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_memory: dict[str, list[TaskResult]] = defaultdict(list)
+    by_split: dict[str, list[TaskResult]] = defaultdict(list)
     for result in per_task:
         by_memory[result["memory_type"]].append(result)
         by_split[result["split"]].append(result)
@@ -105,7 +104,7 @@ def summary(
     ]
     splits = {result["split"] for result in per_task}
     first = per_task[0] if per_task else {}
-    body = {
+    body: Summary = {
         "split": splits.pop() if len(splits) == 1 else "Custom",
         "sr_split": group_sr(per_task_sr.values()) if per_task else None,
         "sr_per_memory_type": {m: group_sr(r["sr"] for r in group) for m, group in sorted(by_memory.items())},
@@ -146,12 +145,12 @@ def summary(
     return body, per_task
 
 
-def _group_interval(results: list[dict[str, Any]]) -> list[float]:
+def _group_interval(results: list[TaskResult]) -> list[float]:
     return list(seed_clustered_interval([dict(zip(r["episode_seeds"], r["successes"], strict=True)) for r in results]))
 
 
-def write_canonical(run_dir: Path, body: dict[str, Any], per_task: list[dict[str, Any]]) -> None:
+def write_canonical(run_dir: RunDir, body: Summary, per_task: list[TaskResult]) -> None:
     """``<ENV_ID>.json`` for every task with results, then ``summary.json``."""
     for result in per_task:
-        write_json_atomic(run_dir / f"{result['env_id']}.json", result)
-    write_json_atomic(run_dir / "summary.json", body)
+        write_json_atomic(run_dir.task(result["env_id"]), result)
+    write_json_atomic(run_dir.summary, body)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-CHART_FILE = "summary.png"
+from pytest_vlaeval.results.schema import Summary, TaskResult
 
 
-def write_chart(summary: dict[str, Any], per_task: list[dict[str, Any]], path: Path) -> Path | None:
+def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Path | None:
     """Draw the run's success rates; None when there is nothing completed to draw."""
     if not per_task:
         return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval.results.schema import ReferenceTaskResult, TaskResult
 from pytest_vlaeval.results.sequential import drop_bounds
 from pytest_vlaeval.results.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, sign_flip_exact
 from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED, VERDICT_PREFIX
@@ -130,7 +131,7 @@ class GateResult:
         }
 
 
-def load_baseline(path: Path) -> dict[str, dict[str, Any]]:
+def load_baseline(path: Path) -> dict[str, ReferenceTaskResult]:
     """Per-task results (env_id -> JSON) from a directory of canonical per-task files."""
     if not path.is_dir():
         raise FileNotFoundError(f"--vla-baseline {path}: not a directory")
@@ -151,7 +152,7 @@ def outcomes_by_task(results: Iterable[Mapping[str, Any]]) -> dict[str, Outcomes
     return {r["env_id"]: task_outcomes(r) for r in results if r["successes"]}
 
 
-def compare(per_task: list[dict[str, Any]], baseline_dir: Path, max_drop: float, alpha: float | None) -> GateResult:
+def compare(per_task: list[TaskResult], baseline_dir: Path, max_drop: float, alpha: float | None) -> GateResult:
     try:
         baseline = load_baseline(baseline_dir)
     except (OSError, ValueError) as exc:

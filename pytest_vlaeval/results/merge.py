@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import filecmp
 import json
-import re
 import shlex
 import shutil
 from pathlib import Path
@@ -20,16 +19,15 @@ from typing import Any
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.canonical import summary, write_canonical
-from pytest_vlaeval.results.chart import CHART_FILE, write_chart
-from pytest_vlaeval.results.store import EPISODES_DIR, FINGERPRINT_FILE, POLICY_FILE, RunStore
+from pytest_vlaeval.results.chart import write_chart
+from pytest_vlaeval.results.rundir import RunDir, shard_of
+from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.spec import resolve_benchmark, select
-
-SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
 
 
 def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> list[str]:
     """Merge ``run_dirs`` into ``out``; returns the lines to print. Raises SpecError on a mismatch."""
-    fingerprints = {d: _read(d / FINGERPRINT_FILE) for d in run_dirs}
+    fingerprints = {d: _read(RunDir(d).fingerprint) for d in run_dirs}
     reference = next(iter(fingerprints.values()))
     for directory, fingerprint in fingerprints.items():
         if fingerprint != reference:
@@ -37,18 +35,19 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
                 k for k in sorted(set(reference) | set(fingerprint)) if reference.get(k) != fingerprint.get(k)
             )
             raise SpecError(f"{directory} is not the same run as {run_dirs[0]} (differs in: {diff})")
-    policies = {json.dumps(_read(d / POLICY_FILE), sort_keys=True) for d in run_dirs if (d / POLICY_FILE).is_file()}
+    policy_files = [RunDir(d).policy for d in run_dirs]
+    policies = {json.dumps(_read(path), sort_keys=True) for path in policy_files if path.is_file()}
     if len(policies) > 1:
         raise SpecError(f"the runs were made with different policy configurations: {sorted(policies)}")
 
     store = RunStore(out)
     store.claim(reference)
     if policies:
-        store.claim(json.loads(policies.pop()), POLICY_FILE)
+        store.claim(json.loads(policies.pop()), store.dir.policy)
     copied = 0
     for directory in run_dirs:
-        for log in RunStore(directory).logs():
-            target = out / EPISODES_DIR / log.name
+        for log in RunDir(directory).logs():
+            target = store.dir.episodes / log.name
             if target.exists():
                 if not filecmp.cmp(log, target, shallow=False):
                     raise SpecError(f"{target} exists with other content than {log}")
@@ -69,8 +68,8 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
     )
     with store.locked():  # a session may be writing the same directory's canonical files
         body, per_task = summary(selection, store.history(), interrupted=False)
-        write_canonical(out, body, per_task)
-    write_chart(body, per_task, out / CHART_FILE)
+        write_canonical(store.dir, body, per_task)
+    write_chart(body, per_task, store.dir.chart)
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]
     lines += [
@@ -91,10 +90,10 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
 def missing_shards(run_dir: Path) -> list[tuple[int, int]]:
     """Shards of an N-way split that left no log in ``run_dir``."""
     seen: dict[int, set[int]] = {}
-    for log in RunStore(run_dir).logs():
-        match = SHARD_LABEL.search(log.name)
-        if match:
-            seen.setdefault(int(match.group(2)), set()).add(int(match.group(1)))
+    for log in RunDir(run_dir).logs():
+        shard = shard_of(log)
+        if shard:
+            seen.setdefault(shard[1], set()).add(shard[0])
     return [(i, n) for n, present in sorted(seen.items()) for i in range(1, n + 1) if i not in present]
 
 

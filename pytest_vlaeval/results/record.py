@@ -6,13 +6,16 @@ so ``to_dict`` yields builtin types only and ``from_dict`` accepts exactly that.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
 from typing import Any
+
+from pytest_vlaeval.errors import EpisodeError
 
 SUCCESS = "success"
 FAILURE = "failure"
 ERROR = "error"
-OUTCOMES = (SUCCESS, FAILURE, ERROR)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,34 @@ class EpisodeRecord:
     def from_dict(cls, data: dict[str, Any]) -> EpisodeRecord:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def timestamp() -> str:
+    """When a record was made (UTC, ISO 8601): the store's order of attempts."""
+    return datetime.now(timezone.utc).isoformat()
+
+
+def error_record(
+    task: str, seed: int, error: EpisodeError, *, worker: str, wall_time: float = 0.0, **extra: Any
+) -> EpisodeRecord:
+    """The record of an episode the harness could not evaluate; its message and kind come from
+    the error, and the traceback of the error's cause (a policy's or simulator's own) is kept."""
+    detail = "".join(traceback.format_exception(error.__cause__)) if error.__cause__ else None
+    return EpisodeRecord(
+        task=task,
+        seed=seed,
+        outcome=ERROR,
+        success=None,
+        episode_return=None,
+        length=None,
+        message=str(error),
+        wall_time=wall_time,
+        worker=worker,
+        time=timestamp(),
+        error_kind=error.kind,
+        detail=detail,
+        **extra,
+    )
 
 
 def outcome_message(success: bool, length: int, episode_return: float) -> str:

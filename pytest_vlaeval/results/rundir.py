@@ -18,59 +18,27 @@ from __future__ import annotations
 import os
 import re
 import socket
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-SUMMARY_NAME = "summary.json"
 _SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
 
 
-@dataclass(frozen=True)
 class RunDir:
-    path: Path
-
-    @property
-    def fingerprint(self) -> Path:
-        return self.path / "fingerprint.json"
-
-    @property
-    def policy(self) -> Path:
-        return self.path / "policy.json"
-
-    @property
-    def episodes(self) -> Path:
-        return self.path / "episodes"
-
-    @property
-    def lock(self) -> Path:
-        return self.path / ".lock"
-
-    @property
-    def summary(self) -> Path:
-        return self.path / SUMMARY_NAME
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fingerprint = path / "fingerprint.json"
+        self.policy = path / "policy.json"
+        self.episodes = path / "episodes"
+        self.lock = path / ".lock"
+        self.summary = path / "summary.json"
+        self.chart = path / "summary.png"
+        self.report = path / "report.md"
+        self.server_log = path / "server.log"
+        self.videos = path / "videos"
 
     def task(self, env_id: str) -> Path:
         return self.path / f"{env_id}.json"
-
-    @property
-    def chart(self) -> Path:
-        return self.path / "summary.png"
-
-    @property
-    def report(self) -> Path:
-        return self.path / "report.md"
-
-    @property
-    def server_log(self) -> Path:
-        return self.path / "server.log"
-
-    @property
-    def videos(self) -> Path:
-        return self.path / "videos"
-
-    def video(self, env_id: str, seed: int) -> Path:
-        return self.videos / env_id / f"{seed}.mp4"
 
     def logs(self) -> list[Path]:
         return sorted(self.episodes.glob("*.jsonl"))

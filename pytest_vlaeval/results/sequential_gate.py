@@ -136,7 +136,7 @@ class SequentialGate:
     def scheduling(self) -> SequentialBlocks:
         """What the affinity scheduler needs: blocks by node id, and whether to stop sending."""
         from pytest_vlaeval.distribute.scheduler import SequentialBlocks
-        from pytest_vlaeval.episodes.collect import parse_nodeid
+        from pytest_vlaeval.episodes.nodeid import parse_nodeid
 
         def block_of(nodeid: str) -> int:
             key = parse_nodeid(nodeid)

@@ -14,24 +14,17 @@ import hashlib
 import json
 import os
 import re
-import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import EpisodeRecord
+from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.spec import Selection
-
-FINGERPRINT_FILE = "fingerprint.json"
-POLICY_FILE = "policy.json"
-EPISODES_DIR = "episodes"
-LOCK_FILE = ".lock"
-VERSIONED_PACKAGES = ("pytest-vlaeval", "mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium")
 
 
 def run_dir_name(selection: Selection, policy_spec: str) -> str:
@@ -57,19 +50,20 @@ def fingerprint(selection: Selection, policy_spec: str, render: str) -> dict[str
         "episodes": selection.episodes,
         "policy": policy_spec,
         "render": render,
-        "packages": {name: _version(name) for name in VERSIONED_PACKAGES},
+        "packages": {name: _version(name) for name in ("pytest-vlaeval", *benchmark.env.packages)},
     }
 
 
 class RunStore:
     def __init__(self, run_dir: Path, label: str = "") -> None:
         self.run_dir = run_dir
+        self.dir = RunDir(run_dir)
         self.label = label
         self._log: IO[str] | None = None
 
-    def claim(self, expected: dict[str, Any], name: str = FINGERPRINT_FILE) -> None:
-        """Record the run's fingerprint, or refuse to mix into a run that differs."""
-        path = self.run_dir / name
+    def claim(self, expected: dict[str, Any], path: Path | None = None) -> None:
+        """Record the run's fingerprint (or another identity file), or refuse to mix into a run that differs."""
+        path = path or self.dir.fingerprint
         if path.is_file():
             stored = json.loads(path.read_text(encoding="utf-8"))
             if stored != expected:
@@ -84,19 +78,25 @@ class RunStore:
             return
         write_json_atomic(path, expected)
 
-    def holds(self, name: str) -> bool:
-        return (self.run_dir / name).is_file()
+    def holds_policy(self) -> bool:
+        """Whether an earlier session recorded the run's policy (a different one is then refused)."""
+        return self.dir.policy.is_file()
 
-    def fingerprint(self) -> dict[str, Any]:
-        return json.loads((self.run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+    def claim_policy(self, record: EpisodeRecord) -> None:
+        """What only a worker learns joins the run's identity: the policy's own description (name,
+        config, chunk size) and the render backend ``auto`` resolved to."""
+        identity = {
+            "model": record.model,
+            "action_chunk_size": record.chunk_size,
+            "render_backend": record.render_backend,
+        }
+        self.claim(identity, self.dir.policy)
 
     def append(self, record: EpisodeRecord) -> None:
         if self._log is None:
-            directory = self.run_dir / EPISODES_DIR
-            directory.mkdir(parents=True, exist_ok=True)
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-            name = "-".join(filter(None, (stamp, socket.gethostname(), str(os.getpid()), self.label)))
-            self._log = (directory / f"{name}.jsonl").open("a", encoding="utf-8")
+            path = self.dir.new_log(self.label)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = path.open("a", encoding="utf-8")
         self._log.write(json.dumps(record.to_dict()) + "\n")
         self._log.flush()
         os.fsync(self._log.fileno())
@@ -110,7 +110,7 @@ class RunStore:
         decision for the user.
         """
         records = []
-        for path in self.logs():
+        for path in self.dir.logs():
             with path.open(encoding="utf-8", errors="replace") as f:
                 for number, line in enumerate(f, 1):
                     if not line.endswith("\n"):
@@ -130,7 +130,7 @@ class RunStore:
         """Serialise writers of the run's canonical files across processes (sessions, shards, hosts
         sharing a POSIX file system)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with (self.run_dir / LOCK_FILE).open("a") as lock:
+        with self.dir.lock.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -147,9 +147,6 @@ class RunStore:
             raise SpecError(
                 f"cannot write results to {self.run_dir}: {exc.strerror or exc}; choose a writable --vla-results"
             ) from None
-
-    def logs(self) -> list[Path]:
-        return sorted((self.run_dir / EPISODES_DIR).glob("*.jsonl"))
 
     def close(self) -> None:
         if self._log is not None:

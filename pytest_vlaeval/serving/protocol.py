@@ -116,17 +116,23 @@ def pack(message: dict[str, Any]) -> bytes:
 
 def unpack(frame: bytes | str) -> dict[str, Any]:
     """Decode one frame into a map, refusing anything but a msgpack map of plain values and arrays."""
+    message = unpack_msgpack(frame, _decode_numpy)
+    if not isinstance(message, dict):
+        raise ProtocolError(f"expected a msgpack map, got {type(message).__name__}")
+    return message
+
+
+def unpack_msgpack(frame: bytes | str, decode: Callable[[dict[Any, Any]], Any]) -> Any:
+    """A binary frame's msgpack value, maps passed through ``decode`` (each protocol's arrays);
+    ``ProtocolError`` for a text frame or bytes that are not msgpack. Shared by both msgpack protocols."""
     if not isinstance(frame, bytes):
         raise ProtocolError("expected a binary frame holding a msgpack map, got a text frame")
     try:
-        message = msgpack.unpackb(frame, object_hook=_decode_numpy, raw=False)
+        return msgpack.unpackb(frame, object_hook=decode, raw=False)
     except ProtocolError:
         raise
     except Exception as exc:
         raise ProtocolError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
-    if not isinstance(message, dict):
-        raise ProtocolError(f"expected a msgpack map, got {type(message).__name__}")
-    return message
 
 
 def parse(frame: bytes | str, fields: dict[str, dict[str, type]]) -> tuple[str, dict[str, Any]]:

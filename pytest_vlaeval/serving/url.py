@@ -43,10 +43,6 @@ class RemoteSpec:
         return f"ws://{host}:{self.port}"
 
 
-def is_remote(spec: str) -> bool:
-    return "://" in spec
-
-
 def parse_remote_spec(spec: str) -> RemoteSpec:
     """Parse and check a remote policy spec; raises ``SpecError`` saying what is wrong."""
     usage = f"--policy {spec!r}: expected ws://HOST:PORT, openpi://HOST:PORT[?chunk_size=K] or vla-eval://HOST:PORT"

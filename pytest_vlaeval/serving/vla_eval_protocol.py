@@ -27,7 +27,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from pytest_vlaeval.serving.protocol import ProtocolError
+from pytest_vlaeval.serving.protocol import ProtocolError, unpack_msgpack
 
 VERSION = 1
 KINDS = ("hello", "observation", "action", "episode_start", "episode_end", "error")
@@ -52,14 +52,7 @@ def error_frame(message: str, seq: int = 0) -> bytes:
 
 def unpack_frame(frame: bytes | str) -> tuple[str, dict[str, Any], int]:
     """Decode one frame into (type, payload, seq); raises ``ProtocolError`` saying what is wrong."""
-    if not isinstance(frame, bytes):
-        raise ProtocolError("expected a binary frame holding a msgpack map, got a text frame")
-    try:
-        message = msgpack.unpackb(frame, object_hook=_decode_array, raw=False)
-    except ProtocolError:
-        raise
-    except Exception as exc:
-        raise ProtocolError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
+    message = unpack_msgpack(frame, _decode_array)
     if not isinstance(message, dict) or not {"type", "payload", "seq"} <= message.keys():
         keys = sorted(map(str, message)) if isinstance(message, dict) else type(message).__name__
         raise ProtocolError(f"expected a map with type, payload and seq, got {keys}")

@@ -1,0 +1,54 @@
+"""The controller's bookkeeping on its own, without a pytest session."""
+
+from __future__ import annotations
+
+from pytest_vlaeval.controller.ledger import Ledger
+from pytest_vlaeval.results.record import ERROR, SUCCESS, EpisodeRecord
+
+
+def record(task: str, seed: int, outcome: str = SUCCESS) -> EpisodeRecord:
+    return EpisodeRecord(
+        task=task,
+        seed=seed,
+        outcome=outcome,
+        success=outcome == SUCCESS or None,
+        episode_return=None,
+        length=None,
+        message="",
+        wall_time=0.0,
+        worker="main",
+        time="2026-01-01T00:00:00+00:00",
+    )
+
+
+def test_a_task_is_done_when_its_last_scheduled_episode_settles() -> None:
+    ledger = Ledger({}, retries=0)
+    assert ledger.schedule([("s::A::1", ("A", 1)), ("s::A::2", ("A", 2)), ("s::B::1", ("B", 1))]) == [
+        ("A", 1),
+        ("A", 2),
+        ("B", 1),
+    ]
+    assert ledger.schedule([("s::A::1", ("A", 1))]) == []  # each worker reports the same collection
+    assert ledger.expects("s::A::1") and not ledger.expects("s::C::1")
+    assert not ledger.settle("s::A::1")
+    assert not ledger.expects("s::A::1")
+    assert ledger.settle("s::A::2")
+    assert ledger.unreported() == ["s::B::1"]
+
+
+def test_attempts_are_numbered_across_sessions_and_errors_are_this_sessions() -> None:
+    ledger = Ledger({("A", 1): EpisodeRecord.from_dict({**record("A", 1, ERROR).to_dict(), "attempt": 2})}, retries=1)
+    ledger.schedule([("s::A::1", ("A", 1)), ("s::A::2", ("A", 2))])
+    assert not ledger.errored()  # the earlier session's error is not this session's
+    assert ledger.number(record("A", 1, ERROR)).attempt == 3
+    assert ledger.number(record("A", 2)).attempt == 1
+    ledger.settle("s::A::2")
+    assert not ledger.errored()
+    ledger.settle("s::A::1")
+    assert ledger.errored()
+
+
+def test_a_crash_is_retried_as_often_as_asked() -> None:
+    ledger = Ledger({}, retries=2)
+    ledger.schedule([("s::A::1", ("A", 1))])
+    assert [ledger.retry_crash("s::A::1") for _ in range(3)] == [True, True, False]
