@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_vlaeval.context import WORKER_PLAN, RunContext
+from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
 from pytest_vlaeval.controller.report import completion_command, render_summary, write_outputs
@@ -51,10 +52,7 @@ class ResultsController:
         self.run = run
         self.store = store
         self.ledger = Ledger(latest(history), run.retries)
-        self.held: list[EpisodeRecord] = []
-        """Records kept off the store while a recorded policy may still refuse this session."""
-        self.may_refuse = store.holds_policy()
-        self.policy_claimed = False
+        self.intake = Intake(store)
         self.refused = False
         self.interrupted = False
         self.written: Canonical | None = None
@@ -123,30 +121,12 @@ class ResultsController:
             self._settle(report.nodeid)
 
     def _accept(self, record: EpisodeRecord) -> None:
-        record = self.ledger.number(record)
-        if record.completed and not self.policy_claimed:
-            self._claim_policy(record)
-        if self.policy_claimed or not self.may_refuse:
-            self._store_held()
-            self.store.append(record)
-        else:  # until an episode shows this is the run's policy, the run's files stay as they are
-            self.held.append(record)
-
-    def _claim_policy(self, record: EpisodeRecord) -> None:
-        """What only a worker learns joins the run's fingerprint: the policy's own description
-        (name, config, chunk size) and the render backend ``auto`` resolved to."""
         try:
-            self.store.claim_policy(record)
-        except SpecError as exc:
+            self.intake.add(self.ledger.number(record))
+        except SpecError as exc:  # the run's recorded policy is another one
             self.store.close()
             self.refused = True
             pytest.exit(f"refusing to mix episodes into this run: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
-        self.policy_claimed = True
-
-    def _store_held(self) -> None:
-        held, self.held = self.held, []
-        for record in held:
-            self.store.append(record)
 
     def _settle(self, nodeid: str) -> None:
         task, seed = self.ledger.scheduled[nodeid]
@@ -201,7 +181,7 @@ class ResultsController:
             for nodeid in unreported:
                 self._accept(self._error(nodeid, ResultLost("scheduled but no result arrived from any worker")))
                 self._settle(nodeid)
-        self._store_held()  # no episode completed to claim the policy; its errors still count
+        self.intake.release()  # no episode completed to claim the policy; its errors still count
         if self.sequential is not None:
             self.gate = self.sequential
         elif self.run.baseline is not None:
@@ -234,7 +214,7 @@ class ResultsController:
         return pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
 
     def _summary(self) -> Canonical:
-        return summary(self.run.selection, self.store.history() + self.held, interrupted=self.interrupted)
+        return summary(self.run.selection, self.store.history() + self.intake.held, interrupted=self.interrupted)
 
     def write(self) -> None:
         """Materialise the canonical files from what the store holds on disk now (every session's
@@ -245,7 +225,7 @@ class ResultsController:
             body, per_task = self._summary()
             if self.gate is not None:
                 body["gate"] = self.gate.as_dict()
-            if not self.held:
+            if not self.intake.held:
                 write_canonical(self.store.dir, body, per_task)
         self.written = body, per_task
 

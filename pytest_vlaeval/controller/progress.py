@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from pytest_vlaeval.results.record import ERROR, SUCCESS
 from pytest_vlaeval.results.schema import TaskResult
+from pytest_vlaeval.results.stats import success_rate
 
 RECENT_ROWS = 8
 # Costs in env steps for the ETA (measured on MIKASA: a step ~0.13 s, a reconfiguring reset
@@ -56,7 +57,7 @@ class Progress:
             if result
             else "no completed episode"
         )
-        if self.reporter._tw.width_of_current_line:  # after a row of progress dots
+        if self._writer().width_of_current_line:  # after a row of progress dots
             self.reporter.write("\n")
         self.reporter.write_line(f"vlaeval: {task} {verdict} | {self._overall()}")
         self._refresh()
@@ -69,7 +70,7 @@ class Progress:
         from rich.console import Console
         from rich.live import Live
 
-        writer = self.reporter._tw
+        writer = self._writer()
         console = Console(file=writer._file, force_terminal=True, width=writer.fullwidth)
         self._live = Live(self._panel(), console=console, refresh_per_second=4, transient=True, redirect_stdout=False)
         self._proxy = LineBuffer(console, writer._file)
@@ -81,8 +82,15 @@ class Progress:
             return
         self._live.stop()
         self._proxy.close()
-        self.reporter._tw._file = self._proxy.original
+        self._writer()._file = self._proxy.original
         self._live = None
+
+    def _writer(self) -> Any:
+        """pytest's own terminal writer. Kept private to this module on purpose: pytest has no
+        public API that says whether the current line is open (a row of progress letters, under
+        ``-q`` too) or that routes its output above a live display; without them the panel would
+        garble pytest's lines, or the task lines would join a row of letters."""
+        return self.reporter._tw
 
     def _refresh(self) -> None:
         if self._live is not None:
@@ -101,7 +109,7 @@ class Progress:
         running = [t for t in self.scheduled if 0 < self.done[t] < self.scheduled[t]]
         for task in running + self.finished[-RECENT_ROWS:]:
             completed = self.done[task] - self.errors[task]
-            sr = f"{100 * self.successes[task] / completed:.1f}%" if completed else "-"
+            sr = f"{100 * success_rate(self.successes[task], completed):.1f}%" if completed else "-"
             state = "" if task in self.finished else " (running)"
             rows.add_row(task + state, f"{self.done[task]}/{self.scheduled[task]}", sr, str(self.errors[task] or ""))
         header = Table.grid(expand=True, padding=(0, 1))

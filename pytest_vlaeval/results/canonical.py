@@ -10,13 +10,12 @@ reported as an error, never as a failure.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from datetime import datetime, timezone
 
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
-from pytest_vlaeval.results.stats import group_sr, seed_clustered_interval, wilson
+from pytest_vlaeval.results.stats import group_sr, seed_clustered_interval, success_rate, wilson
 from pytest_vlaeval.results.store import latest, write_json_atomic
 from pytest_vlaeval.spec import Selection, Task
 
@@ -30,8 +29,7 @@ CI95_METHODS = {
 """What each interval in ``summary.json`` is (the formulas: ``stats``)."""
 
 
-def mean(values: Iterable[float]) -> float:
-    values = list(values)
+def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
@@ -51,8 +49,8 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
         "n_episodes": len(done),
         "successes": successes,
         "returns": returns,
-        "sr": mean(successes),
-        "mean_return": mean(returns),
+        "sr": success_rate(sum(successes), len(successes)),
+        "mean_return": _mean(returns),
         "benchmark_commit": benchmark.benchmark_commit,
         "control_mode": benchmark.env.options.get("control_mode"),
         "obs_mode": benchmark.env.options.get("obs_mode"),

@@ -35,6 +35,11 @@ Outcomes = Mapping[int, bool]
 """One task's completed episodes: seed -> success."""
 
 
+def success_rate(successes: int, completed: int) -> float:
+    """A task's SR: successes over its completed episodes (an episode that errored never counts)."""
+    return successes / completed
+
+
 def group_sr(task_srs: Iterable[float]) -> float:
     """The SR of a group of tasks (a split, a memory type, a gate's tasks): the mean of its tasks'
     SRs, never pooled over episodes, so a task weighs the same whatever its episode count."""
