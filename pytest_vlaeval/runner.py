@@ -77,6 +77,7 @@ class EpisodeRunner:
                     fields["video"] = self._keep_video(video, task, seed, success=False)
                     raise
                 fields["video"] = self._keep_video(video, task, seed, success=result.success)
+                fields["replayed_resets"] = getattr(env, "replayed_resets", None)
         except EpisodeError as exc:
             detail = "".join(traceback.format_exception(exc.__cause__)) if exc.__cause__ else None
             return self._record(

@@ -57,7 +57,9 @@ def fingerprint(selection: Selection, policy_spec: str, render: str) -> dict[str
         "episodes": selection.episodes,
         "policy": policy_spec,
         "render": render,
-        "packages": {name: _version(name) for name in VERSIONED_PACKAGES},
+        "packages": {
+            name: _version(name) for name in (*VERSIONED_PACKAGES, *benchmark.env.options.get("versioned_packages", ()))
+        },
     }
 
 
