@@ -203,3 +203,23 @@ def test_benchmark_file_matches_the_installed_package() -> None:
         [sys.executable, str(ROOT / "scripts" / "libero_yaml.py")], capture_output=True, text=True, check=True
     )
     assert made.stdout == (ROOT / "benchmarks" / "libero.yaml").read_text()
+
+
+def test_video_of_a_libero_episode(tmp_path: Path) -> None:
+    """``--vla-video`` works on LIBERO: one frame per observation, agent view beside both cameras."""
+    import cv2
+
+    benchmark, _ = resolve_benchmark("libero:spatial")
+    task = dataclasses.replace(benchmark.task(TASKS[1]), max_steps=STEPS)
+    runner = EpisodeRunner(select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), "zero", "auto")
+    runner.video_mode, runner.video_dir = "all", tmp_path
+    try:
+        record = runner.run(task, 0, 0)
+    finally:
+        runner.close_env()
+    assert record.outcome == "failure" and record.length == STEPS and record.video
+    capture = cv2.VideoCapture(record.video)
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    size = (int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+    capture.release()
+    assert frames == STEPS + 1 and size == (384, 256)
