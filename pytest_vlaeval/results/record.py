@@ -37,6 +37,9 @@ class EpisodeRecord:
     render_backend: str | None = None
     env_built: bool | None = None
     """Whether this episode's env was built for it (not kept from the worker's previous episode)."""
+    replayed_resets: int | None = None
+    """Env resets replayed before this episode to reach its canonical RNG state (LIBERO); None
+    where the benchmark's episodes need none."""
     video: str | None = None
     detail: str | None = None
     """For errors raised by the policy or simulator: the original traceback."""

@@ -56,6 +56,8 @@ class TaskResult(ReferenceTaskResult):
     errors: list[TaskError]
     complete: bool
     render_backend: str | None
+    replayed_resets: int
+    """Env resets replayed to bring episodes to their canonical state (LIBERO; 0 when run in order)."""
 
 
 class _SummaryGate(TypedDict, total=False):
@@ -88,6 +90,8 @@ class Summary(_SummaryGate):
     action_chunk_size: int | None
     model: dict[str, Any]
     render_backend: str | None
+    replayed_resets: int
+    """Env resets replayed to bring episodes to their canonical state (LIBERO; 0 when run in order)."""
     privileged_info_to_policy: bool
     n_tasks_expected: int
     tasks_without_results: list[str]

@@ -1,0 +1,159 @@
+"""The harnesses' LIBERO evaluation loop, written from the description of openpi's
+``examples/libero/main.py``, and a deterministic policy whose actions follow what it sees.
+
+Reference loop, per task: a fresh ``OffScreenRenderEnv`` (256x256 cameras), ``env.seed(S)``
+once, then for episode k = 0, 1, ... in order: ``env.reset()``, ``env.set_init_state(init[k])``,
+10 steps of ``[0]*6 + [-1]`` (not counted), then up to ``max_steps`` policy steps on the images
+rotated 180 degrees, stopping at ``done``. Each episode is summarised by a digest of every
+observation the policy saw, every action and the outcome, so two runs agree only if they agree
+bit for bit.
+
+``Deterministic`` is also a ``--policy`` for real sessions (``libero_reference:Deterministic``):
+with ``LIBERO_DIGEST_DIR`` set it writes each episode's digest to ``<task>-<k>.json`` there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+WAIT_ACTION = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0]
+WAIT_STEPS = 10
+POLICY_KEYS = ("agentview_image", "wrist_image", "state", "eef_quat")
+
+
+class Digest:
+    """A running SHA-256 over observations and actions, with the outcome."""
+
+    def __init__(self) -> None:
+        self.sha = hashlib.sha256()
+        self.steps = 0
+        self.success = False
+
+    def observe(self, obs: dict[str, Any]) -> None:
+        for key in POLICY_KEYS:
+            self.sha.update(np.ascontiguousarray(obs[key]).tobytes())
+
+    def act(self, action: np.ndarray) -> None:
+        self.sha.update(np.asarray(action, np.float32).tobytes())
+        self.steps += 1
+
+    def result(self) -> dict[str, Any]:
+        return {"digest": self.sha.hexdigest(), "steps": self.steps, "success": self.success}
+
+
+def deterministic_action(obs: dict[str, Any], t: int) -> np.ndarray:
+    """Moves that depend on the step and on every part of the observation, so any difference
+    in the scene changes the trajectory."""
+    image = float(np.asarray(obs["agentview_image"], np.float64).mean()) / 255
+    wrist = float(np.asarray(obs["wrist_image"], np.float64).mean()) / 255
+    state = np.asarray(obs["state"], np.float64)
+    action = np.array(
+        [
+            0.6 * np.sin(0.7 * t) + image - 0.5,
+            0.6 * np.cos(0.5 * t) + wrist - 0.5,
+            -0.4 + 0.1 * state[2],
+            0.1 * np.sin(t) + 0.01 * state[3],
+            0.05 * state[4],
+            0.05 * state[5],
+            1.0 if (t // 4) % 2 else -1.0,
+        ]
+    )
+    return action.astype(np.float32)
+
+
+class Deterministic:
+    """``deterministic_action`` as a pytest-vlaeval policy; writes digests when asked."""
+
+    chunk_size = 1
+
+    def reset(self, episode: Any) -> None:
+        self.episode = episode
+        self.digest = Digest()
+        self.t = 0
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        self.keys = sorted(obs)
+        self.shapes = {key: (np.shape(obs[key]), str(np.asarray(obs[key]).dtype)) for key in POLICY_KEYS}
+        self.instruction = obs["instruction"]
+        self.digest.observe(obs)
+        action = deterministic_action(obs, self.t)
+        self.digest.act(action)
+        self.t += 1
+        return action
+
+    def end_episode(self, result: Any) -> None:
+        self.digest.success = bool(result.success)
+        folder = os.environ.get("LIBERO_DIGEST_DIR")
+        if folder:
+            path = os.path.join(folder, f"{self.episode.task}-{self.episode.seed}.json")
+            with open(path, "w", encoding="utf-8") as stream:
+                json.dump(self.digest.result(), stream)
+
+
+class WrongShape(Deterministic):
+    """Returns six numbers where seven are expected."""
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        return super().act(obs)[:6]
+
+
+def flipped(raw: dict[str, Any]) -> dict[str, Any]:
+    """The observation as the harness hands it to its policy (written independently of the
+    adapter: images rotated 180 degrees, state = eef pos + axis-angle + gripper qpos)."""
+    quat = np.array(raw["robot0_eef_quat"], np.float64)
+    quat[3] = min(1.0, max(-1.0, quat[3]))
+    den = math.sqrt(1.0 - quat[3] * quat[3])
+    axis_angle = np.zeros(3) if math.isclose(den, 0.0) else quat[:3] * 2.0 * math.acos(quat[3]) / den
+    return {
+        "agentview_image": np.ascontiguousarray(np.rot90(raw["agentview_image"], 2)),
+        "wrist_image": np.ascontiguousarray(np.rot90(raw["robot0_eye_in_hand_image"], 2)),
+        "state": np.concatenate([raw["robot0_eef_pos"], axis_angle, raw["robot0_gripper_qpos"]]).astype(np.float64),
+        "eef_quat": np.asarray(raw["robot0_eef_quat"], np.float64),
+    }
+
+
+def reference_episodes(suite_name: str, task_index: int, episodes: int, max_steps: int, seed: int = 7) -> list[dict]:
+    """Episodes 0..episodes-1 of one task, as the harnesses run them (fresh env, seed once, in order)."""
+    from libero.libero import benchmark, get_libero_path
+    from libero.libero.envs import OffScreenRenderEnv
+
+    suite = benchmark.get_benchmark_dict()[suite_name]()
+    task = suite.get_task(task_index)
+    init_states = suite.get_task_init_states(task_index)
+    env = OffScreenRenderEnv(
+        bddl_file_name=os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file),
+        camera_heights=256,
+        camera_widths=256,
+    )
+    env.seed(seed)
+    results = []
+    try:
+        for k in range(episodes):
+            env.reset()
+            raw = env.set_init_state(init_states[k])
+            digest = Digest()
+            t = 0
+            while t < max_steps + WAIT_STEPS:
+                if t < WAIT_STEPS:
+                    raw, _, _, _ = env.step(WAIT_ACTION)
+                    t += 1
+                    continue
+                obs = flipped(raw)
+                digest.observe(obs)
+                action = deterministic_action(obs, t - WAIT_STEPS)
+                digest.act(action)
+                raw, _, done, _ = env.step(action.tolist())
+                if done:
+                    digest.success = True
+                    break
+                t += 1
+            results.append(digest.result())
+    finally:
+        env.close()
+    return results
