@@ -19,7 +19,7 @@ import pytest
 import yaml
 from helpers import episode_records, read_json
 
-from pytest_vlaeval import libero
+from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.spec import resolve_benchmark, select
