@@ -35,8 +35,6 @@ without a GPU); ``cpu`` forces OSMesa (software); images are identical between t
 
 def set_gl_backend(render_request: str) -> str:
     """Choose MuJoCo's GL backend; must run before mujoco/robosuite are imported."""
-    if render_request not in GL_BACKENDS:
-        raise EnvError(f"--vla-render {render_request!r}; valid: {', '.join(GL_BACKENDS)}")
     wanted = GL_BACKENDS[render_request]
     if wanted:
         os.environ["MUJOCO_GL"] = wanted
@@ -117,7 +115,6 @@ class LiberoEnv:
         """Resets the last episode replayed to reach its RNG state (0 when episodes come in order)."""
         self.reseeded = False
         self._rng = self._seeded_rng()
-        self._last_raw: dict[str, Any] | None = None
 
     def _seeded_rng(self) -> Any:
         """The global RNG state right after the harnesses' ``env.seed(S)``."""
@@ -141,14 +138,12 @@ class LiberoEnv:
         raw = self.env.set_init_state(self.init_states[k])
         for _ in range(self.wait_steps):
             raw, _, _, _ = self.env.step(self.wait_action.copy())
-        self._last_raw = raw
         info = {"language_instruction": self.instruction, "replayed_resets": self.replayed_resets}
         return policy_obs(raw), info
 
     def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """``done`` (the task's goal predicates hold) is success and ends the episode."""
         raw, reward, done, info = self.env.step(np.asarray(action, dtype=np.float64))
-        self._last_raw = raw
         info = dict(info)
         info["success"] = bool(done)
         return policy_obs(raw), float(reward), bool(done), False, info
