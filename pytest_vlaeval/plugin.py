@@ -87,6 +87,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
         help="live progress panel: auto shows it on a terminal; elsewhere a line per finished task [auto]",
     )
+    group.addoption(
+        "--vla-failure-details",
+        action="store_true",
+        help="show a FAILURES section entry per failed episode (off: the results table counts them; "
+        "errors always keep their tracebacks)",
+    )
     results = parser.getgroup(
         "vlaeval-results", "VLA evaluation: reruns, shards and the regression gate (pytest-vlaeval)"
     )

@@ -25,7 +25,7 @@ from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
     from pytest_vlaeval.episodes.runner import EpisodeRunner
-    from pytest_vlaeval.results.record import EpisodeRecord
+    from pytest_vlaeval.results.latest import LatestRecords
     from pytest_vlaeval.results.sequential_gate import SequentialSettings
     from pytest_vlaeval.results.store import RunStore
 
@@ -39,6 +39,7 @@ THIRD_PARTY_WARNINGS = (
 
 def start(config: pytest.Config) -> None:
     """Every process collects the episodes; the controller also checks, stores and reports."""
+    from pytest_vlaeval.results.latest import LatestRecords
     from pytest_vlaeval.results.store import RunStore
 
     try:
@@ -48,8 +49,8 @@ def start(config: pytest.Config) -> None:
             run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
         else:
             store = RunStore(run.run_dir, run.store_label)
-            history = store.history()  # read once: it plans this session and seeds the controller
-            run = _plan(run, history)
+            latest = LatestRecords.read(store.dir)  # read once: it plans this session and feeds the controller
+            run = _plan(run, latest)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     from pytest_vlaeval.episodes.deadline import keep_session_stderr
@@ -60,7 +61,7 @@ def start(config: pytest.Config) -> None:
         config.addinivalue_line("filterwarnings", noise)
     runner = _register_episodes(config, run)
     if worker_plan is None and not config.option.collectonly:
-        _start_controller(config, run, runner, store, history)
+        _start_controller(config, run, runner, store, latest)
 
 
 def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
@@ -79,7 +80,7 @@ def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
 
 
 def _start_controller(
-    config: pytest.Config, run: RunContext, runner: EpisodeRunner, store: RunStore, history: list[EpisodeRecord]
+    config: pytest.Config, run: RunContext, runner: EpisodeRunner, store: RunStore, latest: LatestRecords
 ) -> None:
     from pytest_vlaeval.controller.adapter import ResultsController
     from pytest_vlaeval.distribute import placement, scheduler
@@ -98,6 +99,7 @@ def _start_controller(
         _preflight(run)
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
+        store.keep_spec(run.selection.benchmark)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     if config.getoption("vla_serve"):
@@ -105,19 +107,21 @@ def _start_controller(
 
         # Episodes here, and on xdist workers (via their workerinput), use the shared server.
         runner.policy_spec = serve_session(config, run.policy_spec, run.dir.server_log)
-    config.pluginmanager.register(ResultsController(run, store, history, sequential), "vlaeval-controller")
+    config.pluginmanager.register(ResultsController(run, store, latest, sequential), "vlaeval-controller")
+    if not config.getoption("vla_failure_details"):
+        from pytest_vlaeval.controller.failures import FailedEpisodeSections
+
+        config.pluginmanager.register(FailedEpisodeSections(), "vlaeval-failure-sections")
 
 
-def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
+def _plan(run: RunContext, records: LatestRecords) -> RunContext:
     """Narrow the universe to this session's episodes: a shard, then what the store says."""
-    from pytest_vlaeval.results.store import latest
     from pytest_vlaeval.results.subset import shard, still_to_run
 
     universe = run.selection.episode_ids
     chosen = shard(run.selection, *run.shard) if run.shard else universe
     notes = [f"shard {run.shard[0]}/{run.shard[1]}: {len(chosen)} of {len(universe)} episodes"] if run.shard else []
     if run.rerun:
-        records = latest(history)
         before = len(chosen)
         chosen = still_to_run(chosen, records, run.rerun)
         done = sum(1 for key in universe if key in records)

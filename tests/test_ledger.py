@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pytest_vlaeval.controller.ledger import Ledger
+from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import ERROR, SUCCESS, EpisodeRecord
+from pytest_vlaeval.results.rundir import RunDir
 
 
 def record(task: str, seed: int, outcome: str = SUCCESS) -> EpisodeRecord:
@@ -21,8 +25,8 @@ def record(task: str, seed: int, outcome: str = SUCCESS) -> EpisodeRecord:
     )
 
 
-def test_a_task_is_done_when_its_last_scheduled_episode_settles() -> None:
-    ledger = Ledger({}, retries=0)
+def test_a_task_is_done_when_its_last_scheduled_episode_settles(tmp_path: Path) -> None:
+    ledger = Ledger(LatestRecords(RunDir(tmp_path)), retries=0)
     assert ledger.schedule([("s::A::1", ("A", 1)), ("s::A::2", ("A", 2)), ("s::B::1", ("B", 1))]) == [
         ("A", 1),
         ("A", 2),
@@ -36,8 +40,10 @@ def test_a_task_is_done_when_its_last_scheduled_episode_settles() -> None:
     assert ledger.unreported() == ["s::B::1"]
 
 
-def test_attempts_are_numbered_across_sessions_and_errors_are_this_sessions() -> None:
-    ledger = Ledger({("A", 1): EpisodeRecord.from_dict({**record("A", 1, ERROR).to_dict(), "attempt": 2})}, retries=1)
+def test_attempts_are_numbered_across_sessions_and_errors_are_this_sessions(tmp_path: Path) -> None:
+    earlier = LatestRecords(RunDir(tmp_path))
+    earlier.add(EpisodeRecord.from_dict({**record("A", 1, ERROR).to_dict(), "attempt": 2}))
+    ledger = Ledger(earlier, retries=1)
     ledger.schedule([("s::A::1", ("A", 1)), ("s::A::2", ("A", 2))])
     assert not ledger.errored()  # the earlier session's error is not this session's
     assert ledger.number(record("A", 1, ERROR)).attempt == 3
@@ -48,7 +54,7 @@ def test_attempts_are_numbered_across_sessions_and_errors_are_this_sessions() ->
     assert ledger.errored()
 
 
-def test_a_crash_is_retried_as_often_as_asked() -> None:
-    ledger = Ledger({}, retries=2)
+def test_a_crash_is_retried_as_often_as_asked(tmp_path: Path) -> None:
+    ledger = Ledger(LatestRecords(RunDir(tmp_path)), retries=2)
     ledger.schedule([("s::A::1", ("A", 1))])
     assert [ledger.retry_crash("s::A::1") for _ in range(3)] == [True, True, False]

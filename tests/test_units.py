@@ -15,8 +15,10 @@ from pytest_vlaeval.envs import assets, render
 from pytest_vlaeval.errors import PolicyError, SpecError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy, as_action_chunk
 from pytest_vlaeval.results.canonical import summary, task_result
+from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.results.store import RunStore, latest, run_dir_name
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.store import RunStore, run_dir_name
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 HERE = Path(__file__).parent
@@ -136,17 +138,19 @@ def record(task: str, seed: int, outcome: str, time: str = "2026-01-01T00:00:00"
     )  # fmt: skip
 
 
-def test_split_sr_is_the_mean_of_task_srs_and_errors_are_not_failures() -> None:
+def test_split_sr_is_the_mean_of_task_srs_and_errors_are_not_failures(tmp_path: Path) -> None:
     benchmark, _ = resolve_benchmark(str(HERE / "fake.yaml"))
     selection = select(benchmark, "short", episodes=4)
-    history = [
+    latest = LatestRecords(RunDir(tmp_path))
+    for record_ in [
         record("Alpha-v0", 100, "success"),
         record("Alpha-v0", 101, "failure"),
         record("Alpha-v0", 102, "failure"),
         record("Alpha-v0", 103, "error"),
         record("Beta-v0", 100, "success"),
-    ]
-    body, per_task = summary(selection, history, interrupted=False)
+    ]:
+        latest.add(record_)
+    body, per_task = summary(selection, latest, interrupted=False)
     alpha = next(r for r in per_task if r["env_id"] == "Alpha-v0")
     assert alpha["sr"] == pytest.approx(1 / 3) and alpha["n_episodes"] == 3 and alpha["n_errors"] == 1
     assert body["sr_split"] == pytest.approx((1 / 3 + 1.0) / 2)  # pooled would be 2/4
@@ -174,7 +178,7 @@ def test_store_keeps_the_latest_attempt_and_ignores_a_torn_line(tmp_path: Path) 
     log = next((tmp_path / "episodes").glob("*.jsonl"))
     with log.open("a") as f:
         f.write('{"task": "A", "seed": 3, "outc')  # a crash mid-write
-    loaded = latest(RunStore(tmp_path).history())
+    loaded = LatestRecords.read(RunDir(tmp_path))
     assert sorted(loaded) == [("A", 1), ("A", 2)]
     assert loaded[("A", 1)].outcome == "success" and loaded[("A", 1)].attempt == 2
 

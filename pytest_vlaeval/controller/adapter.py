@@ -26,9 +26,10 @@ from pytest_vlaeval.episodes.nodeid import parse_nodeid
 from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, SpecError, WorkerCrash
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.gate import compare
+from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import EpisodeRecord, error_record
 from pytest_vlaeval.results.schema import Canonical
-from pytest_vlaeval.results.store import RunStore, latest
+from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
 
 if TYPE_CHECKING:
@@ -47,11 +48,12 @@ class ResultsController:
     """pytest's hooks in, the ledger's bookkeeping and the store's files out."""
 
     def __init__(
-        self, run: RunContext, store: RunStore, history: list[EpisodeRecord], sequential: SequentialGate | None = None
+        self, run: RunContext, store: RunStore, latest: LatestRecords, sequential: SequentialGate | None = None
     ) -> None:
         self.run = run
         self.store = store
-        self.ledger = Ledger(latest(history), run.retries)
+        self.latest = latest
+        self.ledger = Ledger(latest, run.retries)
         self.intake = Intake(store)
         self.refused = False
         self.interrupted = False
@@ -131,12 +133,12 @@ class ResultsController:
     def _settle(self, nodeid: str) -> None:
         task, seed = self.ledger.scheduled[nodeid]
         task_done = self.ledger.settle(nodeid)
-        self.progress.settled(task, self.ledger.latest[(task, seed)].outcome)
+        self.progress.settled(task, self.latest[(task, seed)].outcome)
         if task_done:
             self.write()
             assert self.written is not None
             self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
-        if self.sequential and self.sequential.settle(seed, self.ledger.latest) and self.session is not None:
+        if self.sequential and self.sequential.settle(seed, self.latest) and self.session is not None:
             self._stop_early(self.session)
 
     def _stop_early(self, session: pytest.Session) -> None:
@@ -214,14 +216,14 @@ class ResultsController:
         return pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
 
     def _summary(self) -> Canonical:
-        return summary(self.run.selection, self.store.history() + self.intake.held, interrupted=self.interrupted)
+        return summary(self.run.selection, self.latest, interrupted=self.interrupted)
 
     def write(self) -> None:
-        """Materialise the canonical files from what the store holds on disk now (every session's
-        log, including concurrent sessions on the same run), under the run's lock, so the last
-        writer never overwrites newer files with an older view; with the gate's verdict once there
-        is one."""
+        """Materialise the canonical files from the run's latest records, caught up under the
+        run's lock with what concurrent sessions on the same run appended, so the last writer
+        never overwrites newer files with an older view; with the gate's verdict once there is one."""
         with self.store.locked():
+            self.latest.catch_up(skip=self.store.log_path)
             body, per_task = self._summary()
             if self.gate is not None:
                 body["gate"] = self.gate.as_dict()

@@ -8,15 +8,14 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
 
+from pytest_vlaeval.results.latest import Key, LatestRecords
 from pytest_vlaeval.results.record import ERROR, EpisodeRecord
-
-Key = tuple[str, int]
 
 
 class Ledger:
-    def __init__(self, latest: dict[Key, EpisodeRecord], retries: int) -> None:
+    def __init__(self, latest: LatestRecords, retries: int) -> None:
         self.latest = latest
-        """The latest record of every episode of the run (earlier sessions' included)."""
+        """The latest record of every episode of the run (earlier and concurrent sessions' included)."""
         self.retries = retries
         self.scheduled: dict[str, Key] = {}
         self.reported: set[str] = set()
@@ -41,7 +40,7 @@ class Ledger:
         """``record`` as the next attempt of its episode, now its latest."""
         previous = self.latest.get(record.key)
         record = dataclasses.replace(record, attempt=previous.attempt + 1 if previous else 1)
-        self.latest[record.key] = record
+        self.latest.add(record)
         return record
 
     def retry_crash(self, nodeid: str) -> bool:

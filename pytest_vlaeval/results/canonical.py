@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timezone
 
-from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
 from pytest_vlaeval.results.stats import group_sr, seed_clustered_interval, success_rate, wilson
-from pytest_vlaeval.results.store import latest, write_json_atomic
+from pytest_vlaeval.results.store import write_json_atomic
 from pytest_vlaeval.spec import Selection, Task
 
 CI95_METHODS = {
@@ -70,16 +71,15 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
     }
 
 
-def summary(selection: Selection, history: list[EpisodeRecord], *, interrupted: bool) -> Canonical:
-    """Summary and per-task results over the run's whole episode universe, from every record of
-    the run (oldest first; the latest attempt of each episode counts).
+def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -> Canonical:
+    """Summary and per-task results over the run's whole episode universe, from the latest
+    attempt of each of its episodes.
 
     Split SR and memory-type SR are means of per-task SRs (not pooled over episodes), over the
     tasks that have at least one completed episode; ``partial`` says when that is not all.
     """
     universe = selection.episode_ids
-    every = latest(history)
-    records = {key: every[key] for key in universe if key in every}
+    records = {key: latest[key] for key in universe if key in latest}
     by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for record in records.values():
         by_task[record.task].append(record)
@@ -97,9 +97,8 @@ def summary(selection: Selection, history: list[EpisodeRecord], *, interrupted: 
     completed = [r for r in records.values() if r.completed]
     errored = [r for r in records.values() if not r.completed]
     n_missing = len(universe) - len(records)
-    failed_before = {r.key for r in history if r.outcome == FAILURE}
     rerolled = [
-        {"task": r.task, "seed": r.seed} for r in records.values() if r.outcome == SUCCESS and r.key in failed_before
+        {"task": r.task, "seed": r.seed} for r in records.values() if r.outcome == SUCCESS and latest.failed_once(r.key)
     ]
     splits = {result["split"] for result in per_task}
     first = per_task[0] if per_task else {}

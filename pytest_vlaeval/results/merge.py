@@ -20,9 +20,10 @@ from typing import Any
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.chart import write_chart
+from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir, shard_of
 from pytest_vlaeval.results.store import RunStore
-from pytest_vlaeval.spec import resolve_benchmark, select
+from pytest_vlaeval.spec import Benchmark, load_benchmark, resolve_benchmark, select
 
 
 def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> list[str]:
@@ -56,9 +57,10 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
             shutil.copyfile(log, target)
             copied += 1
 
-    benchmark, _ = resolve_benchmark(benchmark_arg or reference["benchmark"])
+    benchmark = _benchmark(run_dirs, reference, benchmark_arg)
     if benchmark.digest != reference["benchmark_digest"]:
         raise SpecError(f"benchmark {benchmark.name!r} here differs from the one the run used; pass --benchmark FILE")
+    store.keep_spec(benchmark)
     selection = select(
         benchmark,
         reference["split"],
@@ -67,7 +69,7 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
         episodes=reference["episodes"],
     )
     with store.locked():  # a session may be writing the same directory's canonical files
-        body, per_task = summary(selection, store.history(), interrupted=False)
+        body, per_task = summary(selection, LatestRecords.read(store.dir), interrupted=False)
         write_canonical(store.dir, body, per_task)
     write_chart(body, per_task, store.dir.chart)
 
@@ -85,6 +87,15 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
             f"fill the gaps with: {rerun_command(reference, '--vla-rerun=incomplete', f'--vla-results={out.parent}')}"
         )
     return lines
+
+
+def _benchmark(run_dirs: list[Path], fingerprint: dict[str, Any], benchmark_arg: str | None) -> Benchmark:
+    """The benchmark the runs were made with: ``--benchmark`` when given, else the copy a run
+    directory keeps, else (a run from before runs kept one) the benchmark of that name."""
+    if benchmark_arg:
+        return resolve_benchmark(benchmark_arg)[0]
+    kept = next((RunDir(d).spec for d in run_dirs if RunDir(d).spec.is_file()), None)
+    return load_benchmark(kept) if kept else resolve_benchmark(fingerprint["benchmark"])[0]
 
 
 def missing_shards(run_dir: Path) -> list[tuple[int, int]]:
@@ -113,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vlaeval-merge", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, help="merged run directory [the first RUN_DIR]")
-    parser.add_argument("--benchmark", help="benchmark name or YAML file, when it is not a built-in")
+    parser.add_argument(
+        "--benchmark", help="benchmark name or YAML file [the copy the run directories keep, else the built-in]"
+    )
     args = parser.parse_args(argv)
     try:
         lines = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark)

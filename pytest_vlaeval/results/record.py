@@ -7,7 +7,7 @@ so ``to_dict`` yields builtin types only and ``from_dict`` accepts exactly that.
 from __future__ import annotations
 
 import traceback
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -54,12 +54,16 @@ class EpisodeRecord:
         return self.outcome != ERROR
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields by name, values as they are (builtin types already): no deep copy, as it is
+        made for every episode twice (the report and the log)."""
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeRecord:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(EpisodeRecord))
 
 
 def timestamp() -> str:

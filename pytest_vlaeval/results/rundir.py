@@ -4,6 +4,7 @@
 
     <run>/fingerprint.json      what must match for sessions to share the run (``store``)
     <run>/policy.json           the policy's own description, claimed by the first episode
+    <run>/benchmark.yaml        the benchmark file the run was made with, byte for byte
     <run>/episodes/*.jsonl      the durable log, one file per session (``store``)
     <run>/<ENV_ID>.json         per-task canonical results (``canonical``)
     <run>/summary.json          the run's canonical summary
@@ -29,6 +30,7 @@ class RunDir:
         self.path = path
         self.fingerprint = path / "fingerprint.json"
         self.policy = path / "policy.json"
+        self.spec = path / "benchmark.yaml"
         self.episodes = path / "episodes"
         self.lock = path / ".lock"
         self.summary = path / "summary.json"

@@ -2,7 +2,7 @@
 
 A run directory's name is derived from benchmark, split, policy (and the selection, when it is
 not the whole canonical split), so a later session with the same arguments finds it: ``--lf``
-and reruns add records to the same log, and the summary is always rebuilt from all of them.
+and reruns add records to the same run, and the summary always counts all of them (``latest``).
 Each session appends to its own JSON-lines file (flushed and fsynced per episode), so parallel
 writers never interleave and a crash loses no finished episode.
 """
@@ -24,7 +24,7 @@ from typing import IO, Any
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import Selection
+from pytest_vlaeval.spec import Benchmark, Selection
 
 
 def run_dir_name(selection: Selection, policy_spec: str) -> str:
@@ -60,6 +60,8 @@ class RunStore:
         self.dir = RunDir(run_dir)
         self.label = label
         self._log: IO[str] | None = None
+        self.log_path: Path | None = None
+        """This session's log, once it has one."""
 
     def claim(self, expected: dict[str, Any], path: Path | None = None) -> None:
         """Record the run's fingerprint (or another identity file), or refuse to mix into a run that differs."""
@@ -78,6 +80,17 @@ class RunStore:
             return
         write_json_atomic(path, expected)
 
+    def keep_spec(self, benchmark: Benchmark) -> None:
+        """Keep a copy of the benchmark file the run is made with, so the run directory describes
+        itself: merge, reports and comparisons need no outside file. Byte for byte, so its digest
+        is the fingerprint's."""
+        if self.dir.spec.is_file():  # the claimed fingerprint's digest says it is this benchmark
+            return
+        raw = Path(benchmark.source).read_bytes()
+        if hashlib.sha256(raw).hexdigest() != benchmark.digest:
+            raise SpecError(f"benchmark file {benchmark.source} changed after it was read; start the session again")
+        write_text_atomic(self.dir.spec, raw.decode("utf-8"))
+
     def holds_policy(self) -> bool:
         """Whether an earlier session recorded the run's policy (a different one is then refused)."""
         return self.dir.policy.is_file()
@@ -94,36 +107,12 @@ class RunStore:
 
     def append(self, record: EpisodeRecord) -> None:
         if self._log is None:
-            path = self.dir.new_log(self.label)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = path.open("a", encoding="utf-8")
+            self.log_path = self.dir.new_log(self.label)
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = self.log_path.open("a", encoding="utf-8")
         self._log.write(json.dumps(record.to_dict()) + "\n")
         self._log.flush()
         os.fsync(self._log.fileno())
-
-    def history(self) -> list[EpisodeRecord]:
-        """Every record of the run, oldest first.
-
-        A torn last line (a crash mid-write) is not a record and is passed over. A damaged
-        complete line is refused, naming the file and line: guessing would silently drop or
-        invent an episode, and removing the line (the episode then counts as never run) is a
-        decision for the user.
-        """
-        records = []
-        for path in self.dir.logs():
-            with path.open(encoding="utf-8", errors="replace") as f:
-                for number, line in enumerate(f, 1):
-                    if not line.endswith("\n"):
-                        continue
-                    try:
-                        records.append(EpisodeRecord.from_dict(json.loads(line)))
-                    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                        raise SpecError(
-                            f"{path} line {number} is not an episode record ({type(exc).__name__}: {exc}); "
-                            f"inspect it, then remove it with: sed -i '{number}d' '{path}' "
-                            f"(its episode then counts as never run; --vla-resume runs it again)"
-                        ) from None
-        return sorted(records, key=lambda r: r.time)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -154,11 +143,6 @@ class RunStore:
             self._log = None
 
 
-def latest(history: list[EpisodeRecord]) -> dict[tuple[str, int], EpisodeRecord]:
-    """The latest attempt of each (task, seed) wins."""
-    return {record.key: record for record in history}
-
-
 def _version(name: str) -> str | None:
     try:
         return metadata.version(name)
@@ -173,14 +157,18 @@ def _umask() -> int:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
+    """``payload`` as indented JSON, written atomically."""
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     """Write via a temp file and rename, so a reader or a crash never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; results are shared like any file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
