@@ -187,6 +187,8 @@ class ResultsController:
         if self.sequential is not None:
             self.gate = self.sequential
         elif self.run.baseline is not None:
+            with self.store.locked():
+                self.latest.catch_up(skip=self.store.log_path)
             _, per_task = self._summary()
             self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
         if self.gate is not None:
