@@ -111,6 +111,10 @@ def test_failed_episodes_are_results_and_errors_keep_their_tracebacks(fake: pyte
     assert "= ERRORS =" in out and "episode error traceback" in out and "RuntimeError: the policy fell over" in out
     result.stdout.fnmatch_lines(["FAILED fake-short::Alpha-v0::100 - no success in *", "*1 failed, 1 error*"])
 
+    distributed = fake.runpytest_subprocess(*SHORT, "--episodes=1", "--policy=policies:CrashesOnBeta", "-n", "2")
+    assert "= FAILURES =" not in distributed.stdout.str() and "= ERRORS =" in distributed.stdout.str()
+    distributed.stdout.fnmatch_lines(["*1 failed, 1 error*"])
+
     detailed = fake.runpytest_subprocess(
         *SHORT, "--episodes=1", "--policy=policies:CrashesOnBeta", "-p", "no:xdist", "--vla-failure-details"
     )
