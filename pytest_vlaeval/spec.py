@@ -8,6 +8,7 @@ This module imports nothing heavy: the plugin loads specs at every ``--benchmark
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -132,8 +133,7 @@ def resolve_benchmark(value: str) -> tuple[Benchmark, str]:
 
 
 def load_benchmark(path: Path) -> Benchmark:
-    raw = path.read_bytes()
-    data = yaml.safe_load(raw)
+    data = yaml.safe_load(path.read_bytes())
     try:
         env = dict(data["env"])
         protocol = data.get("protocol", {})
@@ -167,7 +167,7 @@ def load_benchmark(path: Path) -> Benchmark:
             assets=assets,
             tasks=tasks,
             source=str(path),
-            digest=hashlib.sha256(raw).hexdigest(),
+            digest=content_digest(data),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"benchmark file {path} is malformed: {type(exc).__name__}: {exc}") from None
@@ -176,6 +176,13 @@ def load_benchmark(path: Path) -> Benchmark:
         if unknown:
             raise SpecError(f"benchmark file {path}: task {task.env_id} needs undeclared assets {sorted(unknown)}")
     return benchmark
+
+
+def content_digest(data: Any) -> str:
+    """A digest of what a benchmark file says, not of how it is written: comments, key order,
+    quoting and layout leave it unchanged, so editing a comment keeps a run resumable."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def select(

@@ -73,7 +73,8 @@ class RunStore:
                     if stored.get(k) != expected.get(k)
                 )
                 raise SpecError(
-                    f"{self.run_dir} holds a run with a different fingerprint ({diff}); use another --vla-results or remove that directory"
+                    f"{self.run_dir} holds a run with a different fingerprint ({diff}); "
+                    f"start a new run beside it with --vla-run-name=<new name> (or another --vla-results)"
                 )
             return
         write_json_atomic(path, expected)
