@@ -19,6 +19,7 @@ from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.gate import GateResult
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.sequential_gate import SequentialGate
+from pytest_vlaeval.results.subset import unfinished_shards
 from pytest_vlaeval.results.verdict import FAIL, UNDECIDED
 
 NARROWING = (
@@ -91,7 +92,8 @@ def render_summary(
             yellow=True,
             bold=True,
         )
-        tr.write_line(f"complete it with: {completion_command(args)}", bold=True)
+        for line in completion_advice(args, run, per_task):
+            tr.write_line(line, bold=True)
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
     if gate is not None:
         tr.write_line(
@@ -141,6 +143,40 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
         )
     console.print(rates)
     return buffer.getvalue()
+
+
+def completion_advice(args: tuple[str, ...], run: RunContext, per_task: list[TaskResult]) -> list[str]:
+    """How to complete a partial run. A shard whose own episodes are all completed points at the
+    shards still to run and the merge instead: rerunning it would select nothing."""
+    if run.shard is None:
+        return [f"complete it with: {completion_command(args)}"]
+    index, count = run.shard
+    completed = {(result["env_id"], seed) for result in per_task for seed in result["episode_seeds"]}
+    pending = unfinished_shards(run.selection, count, completed)
+    if index in pending:
+        return [f"complete this shard with: {completion_command(args)}"]
+    lines = [f"shard {index}/{count} is complete; still to run: {', '.join(f'shard {i}/{count}' for i in pending)}"]
+    lines += [f"run shard {i}/{count} with: {completion_command(_with_shard(args, f'{i}/{count}'))}" for i in pending]
+    lines.append(
+        f"then, where shards wrote to other run directories, merge them: vlaeval-merge {shlex.quote(str(run.run_dir))} "
+        "OTHER_RUN_DIR... --out MERGED_DIR"
+    )
+    return lines
+
+
+def _with_shard(args: tuple[str, ...], value: str) -> tuple[str, ...]:
+    """``args`` with ``--vla-shard``'s value replaced."""
+    replaced: list[str] = []
+    arguments = iter(args)
+    for arg in arguments:
+        if arg == "--vla-shard":
+            next(arguments, None)
+            replaced.append(f"--vla-shard={value}")
+        elif arg.startswith("--vla-shard="):
+            replaced.append(f"--vla-shard={value}")
+        else:
+            replaced.append(arg)
+    return tuple(replaced)
 
 
 def completion_command(args: tuple[str, ...], *, resume: bool = False) -> str:
