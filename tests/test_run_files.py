@@ -3,10 +3,15 @@ shards, a full disk, and the size of a collection."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shlex
+from pathlib import Path
 
 import pytest
 from helpers import assert_one_line_usage_error, read_json, run_dir
+
+from pytest_vlaeval.results import store
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off"]
 
@@ -71,3 +76,99 @@ def test_a_shard_with_episodes_of_its_own_left_is_completed_by_itself(fake: pyte
     result = fake.runpytest(*args)
     result.stdout.fnmatch_lines(["complete this shard with: pytest * --vla-shard=2/2*--vla-rerun=incomplete"])
     assert "still to run" not in result.stdout.str()
+
+
+# -- a full disk ---------------------------------------------------------------------------------
+# /dev/full is a real device whose every write fails with ENOSPC, as on a full file system; a
+# run's file is pointed at it through a symlink (no root, no mount, runs on any Linux CI).
+
+
+def full(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/full")
+    return path
+
+
+FULL_LOG = """
+from pathlib import Path
+
+from pytest_vlaeval.results.rundir import RunDir
+
+
+def full_log(self, label=""):
+    path = self.episodes / "full.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_symlink():
+        path.symlink_to("/dev/full")
+    return path
+
+
+RunDir.new_log = full_log
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_full_disk_during_a_record_append_stops_in_one_line(fake: pytest.Pytester, workers: list[str]) -> None:
+    args = [*SHORT, "--vla-tasks=Alpha-v0", *workers]
+    conftest = fake.makeconftest(FULL_LOG)  # this session's log is /dev/full
+    result = fake.runpytest_subprocess(*args)
+    conftest.unlink()
+    log = run_dir(fake) / "episodes" / "full.jsonl"
+    log.unlink()  # reading /dev/full would never end
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR, result.stdout.str()
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out and "Traceback" not in out
+    result.stdout.fnmatch_lines(
+        [
+            f"*Exit: no space left on /dev writing {log}; the episodes stored before it are kept: free space, "
+            "then run pytest * --vla-rerun=incomplete*"
+        ]
+    )
+    again = fake.runpytest_subprocess(*args, "--vla-rerun=incomplete")
+    again.stdout.fnmatch_lines(["*--vla-rerun=incomplete: 3 of 3 episodes selected*"])
+    assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 3
+
+
+def test_a_chart_or_report_the_disk_refuses_is_one_line_and_never_decides_the_exit(fake: pytest.Pytester) -> None:
+    args = [*SHORT, "--policy=zero", "--vla-tasks=Alpha-v0"]
+    fake.runpytest(*args, "--vla-results=baseline")
+    (baseline,) = (fake.path / "baseline").iterdir()
+    fake.runpytest(*args)
+    directory = run_dir(fake)
+    chart, report = full(directory / "summary.png"), full(directory / "report.md")
+    result = fake.runpytest(*args, f"--vla-baseline={baseline}", "--vla-rerun=failures")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    out = result.stdout.str()
+    assert "Traceback" not in out and "INTERNALERROR" not in out
+    result.stdout.fnmatch_lines(
+        [
+            "*Alpha-v0 * Short * Object *",
+            f"not written: no space left on /dev writing {chart}",
+            f"not written: no space left on /dev writing {report}",
+            "vlaeval gate: PASS*",
+        ]
+    )
+    assert not chart.exists() and not report.exists(), "nothing torn or stale is left beside the summary"
+    assert read_json(directory / "summary.json")["gate"]["verdict"] == "PASS"
+
+
+def test_canonical_files_the_disk_refuses_are_one_line_and_never_a_pass(
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No portable way fills the disk between a temporary file and its rename: ENOSPC is raised
+    at the atomic write's seam."""
+    args = [*SHORT, "--policy=zero", "--vla-tasks=Alpha-v0"]
+    fake.runpytest(*args, "--vla-results=baseline")
+    (baseline,) = (fake.path / "baseline").iterdir()
+    fake.runpytest(*args)
+    first_canonical = run_dir(fake) / "Alpha-v0.json"
+
+    def no_space(path: Path, payload: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(store, "_write_json_atomic", no_space)
+    result = fake.runpytest(*args, f"--vla-baseline={baseline}", "--vla-rerun=failures")
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    assert "Traceback" not in result.stdout.str()
+    result.stdout.fnmatch_lines([f"not written: no space left on * writing {first_canonical}", "vlaeval gate: PASS*"])

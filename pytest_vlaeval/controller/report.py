@@ -11,12 +11,15 @@ import io
 import os
 import shlex
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_vlaeval.context import RunContext
+from pytest_vlaeval.errors import ResultsUnwritable
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.gate import GateResult
+from pytest_vlaeval.results.rundir import writing
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.sequential_gate import SequentialGate
 from pytest_vlaeval.results.subset import unfinished_shards
@@ -39,19 +42,41 @@ SEQUENTIAL = ("--vla-sequential",)
 SEQUENTIAL_WITH_VALUE = ("--vla-min-sr", "--vla-block", "--vla-undecided-exit")
 """The sequential gate's options: a command completing the canonical run after an early stop drops them."""
 
+T = TypeVar("T")
+
 
 def write_outputs(
     summary: Summary, per_task: list[TaskResult], gate: GateResult | SequentialGate | None, run: RunContext
-) -> Path | None:
-    """The run's chart and ``report.md`` (appended to the GitHub step summary in CI); the chart's path."""
-    chart = write_chart(summary, per_task, run.dir.chart)
+) -> tuple[Path | None, list[str]]:
+    """The run's chart and ``report.md`` (appended to the GitHub step summary in CI): the chart's
+    path, and a line for each output that could not be written. Those are readings of the
+    canonical files, so they never decide the exit status nor hide the table or the verdict."""
+    unwritten: list[str] = []
+    chart = _attempt(run.dir.chart, lambda: write_chart(summary, per_task, run.dir.chart), unwritten)
     markdown = markdown_report(summary, per_task, gate, run)
-    run.dir.report.write_text(markdown, encoding="utf-8")
+    _attempt(run.dir.report, lambda: run.dir.report.write_text(markdown, encoding="utf-8"), unwritten)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        with Path(step_summary).open("a", encoding="utf-8") as f:
-            f.write(markdown + "\n")
-    return chart
+        _attempt(Path(step_summary), lambda: _append(Path(step_summary), markdown + "\n"), unwritten, ours=False)
+    return chart, unwritten
+
+
+def _attempt(path: Path, write: Callable[[], T], unwritten: list[str], *, ours: bool = True) -> T | None:
+    """``write()``'s result, or None and a line in ``unwritten`` when the disk refused it. A torn
+    file of the run is removed: an old or half-written report would contradict this run."""
+    try:
+        with writing(path):
+            return write()
+    except ResultsUnwritable as exc:
+        unwritten.append(str(exc))
+        if ours:
+            path.unlink(missing_ok=True)
+        return None
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text)
 
 
 def render_summary(
@@ -62,6 +87,7 @@ def render_summary(
     gate: GateResult | SequentialGate | None,
     args: tuple[str, ...],
     chart: Path | None,
+    unwritten: Sequence[str] = (),
 ) -> None:
     tr = terminalreporter
     tr.write_sep("=", f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy_spec}")
@@ -95,6 +121,8 @@ def render_summary(
         for line in completion_advice(args, run, per_task):
             tr.write_line(line, bold=True)
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
+    for line in unwritten:
+        tr.write_line(f"not written: {line}", yellow=True, bold=True)
     if gate is not None:
         tr.write_line(
             gate.verdict(), green=gate.passed, red=gate.outcome == FAIL, yellow=gate.outcome == UNDECIDED, bold=True

@@ -15,11 +15,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+
+from pytest_vlaeval.errors import ResultsUnwritable
 
 _SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
 
@@ -59,3 +64,20 @@ def shard_of(log: Path) -> tuple[int, int] | None:
     """``(index, count)`` of the shard that wrote ``log``, None for an unsharded session's log."""
     match = _SHARD_LABEL.search(log.name)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an ``OSError`` while writing ``path`` into ``ResultsUnwritable``, one line naming the
+    file (and, for a full disk, the file system it is on)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise ResultsUnwritable(f"no space left on {_mount_point(path)} writing {path}") from None
+        raise ResultsUnwritable(f"{(exc.strerror or str(exc)).lower()} writing {path}") from None
+
+
+def _mount_point(path: Path) -> Path:
+    resolved = path.resolve()
+    return next((p for p in (resolved, *resolved.parents) if os.path.ismount(p)), Path("/"))

@@ -16,14 +16,14 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.rundir import RunDir, writing
 from pytest_vlaeval.spec import Selection
 
 
@@ -60,6 +60,7 @@ class RunStore:
         self.dir = RunDir(run_dir)
         self.label = label
         self._log: IO[str] | None = None
+        self._log_path = self.dir.episodes
 
     def claim(self, expected: dict[str, Any], path: Path | None = None) -> None:
         """Record the run's fingerprint (or another identity file), or refuse to mix into a run that differs."""
@@ -94,13 +95,21 @@ class RunStore:
         self.claim(identity, self.dir.policy)
 
     def append(self, record: EpisodeRecord) -> None:
+        """Append ``record`` to this session's log, durably; ``ResultsUnwritable`` when the disk
+        refuses it (a torn last line is passed over by ``history``)."""
         if self._log is None:
-            path = self.dir.new_log(self.label)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = path.open("a", encoding="utf-8")
-        self._log.write(json.dumps(record.to_dict()) + "\n")
-        self._log.flush()
-        os.fsync(self._log.fileno())
+            self._log_path = self.dir.new_log(self.label)
+        with writing(self._log_path):
+            try:
+                if self._log is None:
+                    self._log_path.parent.mkdir(parents=True, exist_ok=True)
+                    self._log = self._log_path.open("a", encoding="utf-8")
+                self._log.write(json.dumps(record.to_dict()) + "\n")
+                self._log.flush()
+                os.fsync(self._log.fileno())
+            except OSError:
+                self._discard_log()
+                raise
 
     def history(self) -> list[EpisodeRecord]:
         """Every record of the run, oldest first.
@@ -151,7 +160,15 @@ class RunStore:
 
     def close(self) -> None:
         if self._log is not None:
-            self._log.close()
+            with writing(self._log_path):
+                self._log.close()
+            self._log = None
+
+    def _discard_log(self) -> None:
+        """Drop a log the disk refused; the failure that led here is the one reported."""
+        if self._log is not None:
+            with suppress(OSError):  # closing flushes what the disk just refused
+                self._log.close()
             self._log = None
 
 
@@ -175,6 +192,11 @@ def _umask() -> int:
 
 def write_json_atomic(path: Path, payload: Any) -> None:
     """Write via a temp file and rename, so a reader or a crash never sees half a file."""
+    with writing(path):
+        _write_json_atomic(path, payload)
+
+
+def _write_json_atomic(path: Path, payload: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
