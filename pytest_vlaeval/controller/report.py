@@ -11,15 +11,14 @@ import io
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pytest_vlaeval.context import RunContext
-from pytest_vlaeval.errors import ResultsUnwritable
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.gate import GateResult
-from pytest_vlaeval.results.rundir import writing
+from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.sequential_gate import SequentialGate
 from pytest_vlaeval.results.subset import unfinished_shards
@@ -42,8 +41,6 @@ SEQUENTIAL = ("--vla-sequential",)
 SEQUENTIAL_WITH_VALUE = ("--vla-min-sr", "--vla-block", "--vla-undecided-exit")
 """The sequential gate's options: a command completing the canonical run after an early stop drops them."""
 
-T = TypeVar("T")
-
 
 def write_outputs(
     summary: Summary, per_task: list[TaskResult], gate: GateResult | SequentialGate | None, run: RunContext
@@ -52,26 +49,13 @@ def write_outputs(
     path, and a line for each output that could not be written. Those are readings of the
     canonical files, so they never decide the exit status nor hide the table or the verdict."""
     unwritten: list[str] = []
-    chart = _attempt(run.dir.chart, lambda: write_chart(summary, per_task, run.dir.chart), unwritten)
+    chart = attempt_write(run.dir.chart, lambda: write_chart(summary, per_task, run.dir.chart), unwritten)
     markdown = markdown_report(summary, per_task, gate, run)
-    _attempt(run.dir.report, lambda: run.dir.report.write_text(markdown, encoding="utf-8"), unwritten)
+    attempt_write(run.dir.report, lambda: run.dir.report.write_text(markdown, encoding="utf-8"), unwritten)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        _attempt(Path(step_summary), lambda: _append(Path(step_summary), markdown + "\n"), unwritten, ours=False)
+        attempt_write(Path(step_summary), lambda: _append(Path(step_summary), markdown + "\n"), unwritten, ours=False)
     return chart, unwritten
-
-
-def _attempt(path: Path, write: Callable[[], T], unwritten: list[str], *, ours: bool = True) -> T | None:
-    """``write()``'s result, or None and a line in ``unwritten`` when the disk refused it. A torn
-    file of the run is removed: an old or half-written report would contradict this run."""
-    try:
-        with writing(path):
-            return write()
-    except ResultsUnwritable as exc:
-        unwritten.append(str(exc))
-        if ours:
-            path.unlink(missing_ok=True)
-        return None
 
 
 def _append(path: Path, text: str) -> None:

@@ -17,10 +17,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.chart import write_chart
-from pytest_vlaeval.results.rundir import RunDir, shard_of
+from pytest_vlaeval.results.rundir import RunDir, attempt_write, shard_of, writing
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.spec import resolve_benchmark, select
 
@@ -52,8 +52,9 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
                 if not filecmp.cmp(log, target, shallow=False):
                     raise SpecError(f"{target} exists with other content than {log}")
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log, target)
+            with writing(target):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, target)
             copied += 1
 
     benchmark, _ = resolve_benchmark(benchmark_arg or reference["benchmark"])
@@ -69,9 +70,11 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
     with store.locked():  # a session may be writing the same directory's canonical files
         body, per_task = summary(selection, store.history(), interrupted=False)
         write_canonical(store.dir, body, per_task)
-    write_chart(body, per_task, store.dir.chart)
+    unwritten: list[str] = []
+    attempt_write(store.dir.chart, lambda: write_chart(body, per_task, store.dir.chart), unwritten)
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]
+    lines += [f"not written: {line}" for line in unwritten]
     lines += [
         f"shard {index}/{count} has no episode log: run `{rerun_command(reference, f'--vla-shard={index}/{count}')}`"
         for index, count in missing_shards(out)
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         lines = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark)
-    except (SpecError, FileNotFoundError) as exc:
+    except (SpecError, ResultsUnwritable, FileNotFoundError) as exc:
         print(f"vlaeval-merge: {exc}")
         return 2
     print("\n".join(lines))

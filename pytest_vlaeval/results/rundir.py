@@ -19,13 +19,15 @@ import errno
 import os
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 from pytest_vlaeval.errors import ResultsUnwritable
 
+T = TypeVar("T")
 _SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
 
 
@@ -81,3 +83,17 @@ def writing(path: Path) -> Iterator[None]:
 def _mount_point(path: Path) -> Path:
     resolved = path.resolve()
     return next((p for p in (resolved, *resolved.parents) if os.path.ismount(p)), Path("/"))
+
+
+def attempt_write(path: Path, write: Callable[[], T], unwritten: list[str], *, ours: bool = True) -> T | None:
+    """``write()``'s result, or None and a line in ``unwritten`` when the disk refused it: for
+    outputs that only read the canonical files (chart, report). A torn file of the run is
+    removed: an old or half-written one would contradict this run."""
+    try:
+        with writing(path):
+            return write()
+    except ResultsUnwritable as exc:
+        unwritten.append(str(exc))
+        if ours:
+            path.unlink(missing_ok=True)
+        return None
