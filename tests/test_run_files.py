@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_usage_error, read_json, run_dir
 
+from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results import store
+from pytest_vlaeval.results.merge import main as merge_main
+from pytest_vlaeval.spec import MAX_EPISODES, load_benchmark, select
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off"]
 
@@ -172,3 +175,59 @@ def test_canonical_files_the_disk_refuses_are_one_line_and_never_a_pass(
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
     assert "Traceback" not in result.stdout.str()
     result.stdout.fnmatch_lines([f"not written: no space left on * writing {first_canonical}", "vlaeval gate: PASS*"])
+
+
+def test_a_merge_whose_chart_the_disk_refuses_says_so_and_keeps_the_merged_run(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for index in (1, 2):
+        fake.runpytest(*SHORT, f"--vla-results=shard{index}", f"--vla-shard={index}/2")
+    (first,) = (fake.path / "shard1").iterdir()
+    (second,) = (fake.path / "shard2").iterdir()
+    out = fake.path / "merged"
+    chart = full(out / "summary.png")
+    assert merge_main([str(first), str(second), "--out", str(out), "--benchmark", str(fake.path / "fake.yaml")]) == 0
+    assert f"not written: no space left on /dev writing {chart}" in capsys.readouterr().out
+    assert read_json(out / "summary.json")["n_completed"] == 6 and not chart.exists()
+
+
+# -- the size of a collection ----------------------------------------------------------------------
+
+
+def test_a_run_past_the_episode_bound_is_refused_saying_what_it_would_cost(fake: pytest.Pytester) -> None:
+    result = fake.runpytest(*SHORT, "--episodes=100000", "--co", "-n", "2")
+    assert_one_line_usage_error(
+        result,
+        "--episodes=100000 over 2 tasks is 200,000 episodes, more than 100,000 per run: collecting them would "
+        "take about 0.4 GB and 1 min in the controller and again in every xdist worker, before any episode runs; "
+        "lower --episodes or narrow the tasks with --vla-tasks",
+    )
+    assert "created:" not in result.stdout.str(), "no worker started"
+
+
+def test_the_episode_bound_counts_tasks_times_seeds() -> None:
+    benchmark = load_benchmark(Path(__file__).parent / "fake.yaml")
+    assert len(select(benchmark, "short", episodes=MAX_EPISODES // 2).episode_ids) == MAX_EPISODES
+    with pytest.raises(SpecError, match="is 100,002 episodes, more than 100,000 per run"):
+        select(benchmark, "short", episodes=MAX_EPISODES // 2 + 1)
+    assert select(benchmark, "short", env_ids=["Alpha-v0"], episodes=MAX_EPISODES).episodes == MAX_EPISODES
+
+
+def test_an_episode_item_holds_only_its_seed_and_index(fake: pytest.Pytester) -> None:
+    """Items are collected by every process; the task, markers and plan live on the task's node."""
+    selected = fake.runpytest(*SHORT, "--episodes=2", "--co", "-q", "-m", "object")
+    assert [line for line in selected.outlines if "::" in line] == [
+        "fake-short::Alpha-v0::100",
+        "fake-short::Alpha-v0::101",
+    ]
+    items, _ = fake.inline_genitems(*SHORT, "--episodes=2")
+    assert all(not item.own_markers and item.get_closest_marker("short") for item in items)
+    bare = Bare.from_parent(items[0].parent, name="bare")
+    assert set(vars(items[0])) - set(vars(bare)) == {"seed", "index", "attempts"}
+
+
+class Bare(pytest.Item):
+    """An item with nothing of its own, to tell what an episode item adds."""
+
+    def runtest(self) -> None:
+        pass
