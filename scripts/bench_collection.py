@@ -30,14 +30,24 @@ class Count:
 
 def main() -> None:
     benchmark, episodes = sys.argv[1], sys.argv[2]
-    args = [f"--benchmark={benchmark}", f"--episodes={episodes}", "--co", "-qq", "-p", "no:cacheprovider", *sys.argv[3:]]
+    args = [
+        f"--benchmark={benchmark}",
+        f"--episodes={episodes}",
+        "--co",
+        "-qq",
+        "-p",
+        "no:cacheprovider",
+        *sys.argv[3:],
+    ]
     tracemalloc.start()
     start = time.perf_counter()
     status = pytest.main(args, plugins=[Count()])
     seconds = time.perf_counter() - start
     items = max(Count.items, 1)
     held = Count.held
-    print(f"exit {int(status)}: {Count.items} items hold {held / 2**20:.1f} MiB, {held / items:.0f} B/item, {seconds:.1f} s")
+    print(
+        f"exit {int(status)}: {Count.items} items hold {held / 2**20:.1f} MiB, {held / items:.0f} B/item, {seconds:.1f} s"
+    )
 
 
 if __name__ == "__main__":
