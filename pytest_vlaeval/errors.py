@@ -16,6 +16,11 @@ class SpecError(Exception):
     """Bad benchmark name, task, split or benchmark file."""
 
 
+class ResultsUnwritable(Exception):
+    """A file of the run could not be written (a full disk, a quota, a read-only mount); its
+    message is one line naming the file."""
+
+
 class EpisodeError(Exception):
     """An episode could not be evaluated; its message is one line."""
 

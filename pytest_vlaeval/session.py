@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_vlaeval.context import WORKER_PLAN, RunContext
-from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
@@ -100,7 +100,7 @@ def _start_controller(
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
         store.claim(fingerprint(run.selection, run.policy_spec, run.render))
         store.keep_spec(run.selection.benchmark)
-    except SpecError as exc:
+    except (SpecError, ResultsUnwritable) as exc:
         raise pytest.UsageError(str(exc)) from None
     if config.getoption("vla_serve"):
         from pytest_vlaeval.serving.launcher import serve_session

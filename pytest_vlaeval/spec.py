@@ -8,6 +8,7 @@ This module imports nothing heavy: the plugin loads specs at every ``--benchmark
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,6 +20,15 @@ from pytest_vlaeval.errors import SpecError
 
 DEFAULT_BENCHMARK = "mikasa"
 ALL_SPLITS = "all"
+MAX_EPISODES = 100_000
+"""The most episodes (tasks x seeds) one run may hold: over 15 times the built-in benchmarks'
+canonical protocols (4,500 MIKASA and 6,500 LIBERO episodes), and more simulation than a run
+finishes in weeks. Every process of a session collects each episode as a pytest item, so past
+this a run costs gigabytes before any episode runs."""
+COLLECTED_BYTES_PER_EPISODE = 1800
+COLLECTED_SECONDS_PER_EPISODE = 0.0002
+"""What one collected episode costs each process, as measured (resident memory; time on one
+core): the estimate a refused selection states."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +142,7 @@ def resolve_benchmark(value: str) -> tuple[Benchmark, str]:
 
 
 def load_benchmark(path: Path) -> Benchmark:
-    raw = path.read_bytes()
-    data = yaml.safe_load(raw)
+    data = yaml.safe_load(path.read_bytes())
     try:
         env = dict(data["env"])
         protocol = data.get("protocol", {})
@@ -167,7 +176,7 @@ def load_benchmark(path: Path) -> Benchmark:
             assets=assets,
             tasks=tasks,
             source=str(path),
-            digest=hashlib.sha256(raw).hexdigest(),
+            digest=content_digest(data),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"benchmark file {path} is malformed: {type(exc).__name__}: {exc}") from None
@@ -176,6 +185,13 @@ def load_benchmark(path: Path) -> Benchmark:
         if unknown:
             raise SpecError(f"benchmark file {path}: task {task.env_id} needs undeclared assets {sorted(unknown)}")
     return benchmark
+
+
+def content_digest(data: Any) -> str:
+    """A digest of what a benchmark file says, not of how it is written: comments, key order,
+    quoting and layout leave it unchanged, so editing a comment keeps a run resumable."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def select(
@@ -202,6 +218,15 @@ def select(
     episodes = benchmark.episodes if episodes is None else episodes
     if episodes < 1:
         raise SpecError(f"--episodes must be at least 1, got {episodes}")
+    total = len(tasks) * episodes
+    if total > MAX_EPISODES:
+        gigabytes = total * COLLECTED_BYTES_PER_EPISODE / 1e9
+        minutes = total * COLLECTED_SECONDS_PER_EPISODE / 60
+        raise SpecError(
+            f"--episodes={episodes} over {len(tasks)} tasks is {total:,} episodes, more than {MAX_EPISODES:,} per run: "
+            f"collecting them would take about {gigabytes:.1f} GB and {minutes:.0f} min in the controller and again "
+            f"in every xdist worker, before any episode runs; lower --episodes or narrow the tasks with --vla-tasks"
+        )
     start_seed = benchmark.start_seed if start_seed is None else start_seed
     if start_seed < 0:
         raise SpecError(f"--vla-start-seed must be non-negative, got {start_seed}")

@@ -44,3 +44,21 @@ class EpisodeMemory:
         chunk[:, 0] = 0.45 + self.total % 0.5  # above or below the fake env's seed-dependent bar
         chunk[1, 1] = self.calls / 10
         return chunk.astype(np.float32)
+
+
+class Bf16Random:
+    """The built-in random policy's actions as a bfloat16 tensor, as most VLA checkpoints return."""
+
+    def __init__(self) -> None:
+        from pytest_vlaeval.policy import RandomPolicy
+
+        self.policy = RandomPolicy()
+        self.chunk_size = self.policy.chunk_size
+
+    def reset(self, episode) -> None:
+        self.policy.reset(episode)
+
+    def act(self, obs: dict):
+        import torch
+
+        return torch.as_tensor(self.policy.act(obs)).to(torch.bfloat16)

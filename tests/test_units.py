@@ -105,8 +105,8 @@ def test_torch_actions_are_accepted_and_copied() -> None:
         (np.zeros((2, 6)), r"shape \(2, 6\)"),
         (np.zeros((2, 2, 7)), r"shape \(2, 2, 7\)"),
         (np.array([np.inf] * 7), "inf in an action chunk"),
-        ("go left", "policy returned str"),
-        (None, r"shape \(\)"),
+        ("go left", r"policy returned text \(str"),
+        (None, "policy returned None;"),
     ],
 )
 def test_invalid_actions_are_policy_errors(output: object, message: str) -> None:

@@ -23,7 +23,7 @@ from pytest_vlaeval.controller.report import completion_command, render_summary,
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
-from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, SpecError, WorkerCrash
+from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, ResultsUnwritable, SpecError, WorkerCrash
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.gate import compare
 from pytest_vlaeval.results.latest import LatestRecords
@@ -60,6 +60,10 @@ class ResultsController:
         self.written: Canonical | None = None
         self.gate: GateResult | SequentialGate | None = None
         self.chart: Path | None = None
+        self.canonical_unwritten: str | None = None
+        """Why the last write of the canonical files failed (a full disk), None once they are written."""
+        self.unwritten: list[str] = []
+        """A line for each file of the run the disk refused at session end."""
         self.progress = Progress(None, {}, live=False)  # replaced at session start
         self.sequential = sequential
         self.session: pytest.Session | None = None
@@ -129,6 +133,14 @@ class ResultsController:
             self.store.close()
             self.refused = True
             pytest.exit(f"refusing to mix episodes into this run: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        except ResultsUnwritable as exc:  # nothing more can be kept: stop, naming the file
+            self.store.close()
+            self.refused = True
+            args = self.session.config.invocation_params.args if self.session is not None else ()
+            pytest.exit(
+                f"{exc}; the episodes stored before it are kept: free space, then run {completion_command(args)}",
+                returncode=pytest.ExitCode.INTERNAL_ERROR,
+            )
 
     def _settle(self, nodeid: str) -> None:
         task, seed = self.ledger.scheduled[nodeid]
@@ -194,9 +206,12 @@ class ResultsController:
         if self.gate is not None:
             session.exitstatus = self._gate_exit_status(session.exitstatus, stopped)
         self.write()
+        if self.canonical_unwritten is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # the run's result was not kept
         self.store.close()
         assert self.written is not None
-        self.chart = write_outputs(*self.written, self.gate, self.run)
+        self.chart, unwritten = write_outputs(*self.written, self.gate, self.run)
+        self.unwritten = [*filter(None, [self.canonical_unwritten]), *unwritten]
 
     @property
     def _stopped_early(self) -> bool:
@@ -230,10 +245,15 @@ class ResultsController:
             if self.gate is not None:
                 body["gate"] = self.gate.as_dict()
             if not self.intake.held:
-                write_canonical(self.store.dir, body, per_task)
+                try:
+                    write_canonical(self.store.dir, body, per_task)
+                    self.canonical_unwritten = None
+                except ResultsUnwritable as exc:
+                    self.canonical_unwritten = str(exc)
         self.written = body, per_task
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if self.written is None:
             return
-        render_summary(terminalreporter, *self.written, self.run, self.gate, config.invocation_params.args, self.chart)
+        args = config.invocation_params.args
+        render_summary(terminalreporter, *self.written, self.run, self.gate, args, self.chart, self.unwritten)

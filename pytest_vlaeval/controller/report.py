@@ -11,14 +11,17 @@ import io
 import os
 import shlex
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.context import RunContext
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.gate import GateResult
+from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.sequential_gate import SequentialGate
+from pytest_vlaeval.results.subset import unfinished_shards
 from pytest_vlaeval.results.verdict import FAIL, UNDECIDED
 
 NARROWING = (
@@ -41,16 +44,23 @@ SEQUENTIAL_WITH_VALUE = ("--vla-min-sr", "--vla-block", "--vla-undecided-exit")
 
 def write_outputs(
     summary: Summary, per_task: list[TaskResult], gate: GateResult | SequentialGate | None, run: RunContext
-) -> Path | None:
-    """The run's chart and ``report.md`` (appended to the GitHub step summary in CI); the chart's path."""
-    chart = write_chart(summary, per_task, run.dir.chart)
+) -> tuple[Path | None, list[str]]:
+    """The run's chart and ``report.md`` (appended to the GitHub step summary in CI): the chart's
+    path, and a line for each output that could not be written. Those are readings of the
+    canonical files, so they never decide the exit status nor hide the table or the verdict."""
+    unwritten: list[str] = []
+    chart = attempt_write(run.dir.chart, lambda: write_chart(summary, per_task, run.dir.chart), unwritten)
     markdown = markdown_report(summary, per_task, gate, run)
-    run.dir.report.write_text(markdown, encoding="utf-8")
+    attempt_write(run.dir.report, lambda: run.dir.report.write_text(markdown, encoding="utf-8"), unwritten)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        with Path(step_summary).open("a", encoding="utf-8") as f:
-            f.write(markdown + "\n")
-    return chart
+        attempt_write(Path(step_summary), lambda: _append(Path(step_summary), markdown + "\n"), unwritten, ours=False)
+    return chart, unwritten
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text)
 
 
 def render_summary(
@@ -61,6 +71,7 @@ def render_summary(
     gate: GateResult | SequentialGate | None,
     args: tuple[str, ...],
     chart: Path | None,
+    unwritten: Sequence[str] = (),
 ) -> None:
     tr = terminalreporter
     tr.write_sep("=", f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy_spec}")
@@ -91,8 +102,11 @@ def render_summary(
             yellow=True,
             bold=True,
         )
-        tr.write_line(f"complete it with: {completion_command(args)}", bold=True)
+        for line in completion_advice(args, run, per_task):
+            tr.write_line(line, bold=True)
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
+    for line in unwritten:
+        tr.write_line(f"not written: {line}", yellow=True, bold=True)
     if gate is not None:
         tr.write_line(
             gate.verdict(), green=gate.passed, red=gate.outcome == FAIL, yellow=gate.outcome == UNDECIDED, bold=True
@@ -141,6 +155,40 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
         )
     console.print(rates)
     return buffer.getvalue()
+
+
+def completion_advice(args: tuple[str, ...], run: RunContext, per_task: list[TaskResult]) -> list[str]:
+    """How to complete a partial run. A shard whose own episodes are all completed points at the
+    shards still to run and the merge instead: rerunning it would select nothing."""
+    if run.shard is None:
+        return [f"complete it with: {completion_command(args)}"]
+    index, count = run.shard
+    completed = {(result["env_id"], seed) for result in per_task for seed in result["episode_seeds"]}
+    pending = unfinished_shards(run.selection, count, completed)
+    if index in pending:
+        return [f"complete this shard with: {completion_command(args)}"]
+    lines = [f"shard {index}/{count} is complete; still to run: {', '.join(f'shard {i}/{count}' for i in pending)}"]
+    lines += [f"run shard {i}/{count} with: {completion_command(_with_shard(args, f'{i}/{count}'))}" for i in pending]
+    lines.append(
+        f"then, where shards wrote to other run directories, merge them: vlaeval-merge {shlex.quote(str(run.run_dir))} "
+        "OTHER_RUN_DIR... --out MERGED_DIR"
+    )
+    return lines
+
+
+def _with_shard(args: tuple[str, ...], value: str) -> tuple[str, ...]:
+    """``args`` with ``--vla-shard``'s value replaced."""
+    replaced: list[str] = []
+    arguments = iter(args)
+    for arg in arguments:
+        if arg == "--vla-shard":
+            next(arguments, None)
+            replaced.append(f"--vla-shard={value}")
+        elif arg.startswith("--vla-shard="):
+            replaced.append(f"--vla-shard={value}")
+        else:
+            replaced.append(arg)
+    return tuple(replaced)
 
 
 def completion_command(args: tuple[str, ...], *, resume: bool = False) -> str:

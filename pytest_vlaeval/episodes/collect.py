@@ -29,18 +29,29 @@ RECORD_ATTR = "vla_records"
 
 
 class EpisodeItem(pytest.Item):
-    def __init__(
-        self, *, task: Task, seed: int, index: int, runner: EpisodeRunner, retries: int, **kwargs: Any
-    ) -> None:
+    """One episode. Items are many (tasks x seeds, in the controller and again in every worker),
+    so each holds only its seed and index: the task, its markers and the plan live on its
+    ``TaskNode``."""
+
+    parent: TaskNode
+
+    def __init__(self, *, seed: int, index: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.task = task
         self.seed = seed
         self.index = index
-        self.runner = runner
-        self.retries = retries
         self.attempts: list[EpisodeRecord] = []
-        for marker in task.marker_names:
-            self.add_marker(marker)
+
+    @property
+    def task(self) -> Task:
+        return self.parent.task
+
+    @property
+    def runner(self) -> EpisodeRunner:
+        return self.parent.plan.runner
+
+    @property
+    def retries(self) -> int:
+        return self.parent.plan.retries
 
     @property
     def record(self) -> EpisodeRecord | None:
@@ -92,19 +103,13 @@ class TaskNode(pytest.Collector):
         super().__init__(**kwargs)
         self.task = task
         self.plan = plan
+        for marker in task.marker_names:  # ``-m`` sees a collector's markers on every item under it
+            self.add_marker(marker)
 
     def collect(self) -> Iterator[EpisodeItem]:
         for index, seed in enumerate(self.plan.selection.seeds):
             if (self.task.env_id, seed) in self.plan.episodes:
-                yield EpisodeItem.from_parent(
-                    self,
-                    name=str(seed),
-                    task=self.task,
-                    seed=seed,
-                    index=index,
-                    runner=self.plan.runner,
-                    retries=self.plan.retries,
-                )
+                yield EpisodeItem.from_parent(self, name=str(seed), seed=seed, index=index)
 
 
 class SplitNode(pytest.Collector):

@@ -21,6 +21,7 @@ nothing of theirs.
 
 from __future__ import annotations
 
+import numbers
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -77,16 +78,11 @@ def describe_policy(policy: Policy, spec: str) -> dict[str, Any]:
 def as_action_chunk(output: Any, action_dim: int, chunk_size: int) -> np.ndarray:
     """Validate a policy's ``act`` output and return a fresh (K, D) float32 array.
 
-    Raises ``PolicyError`` naming the expected and the received shape, dtype or values.
+    Any real dtype is accepted and converted to float32, as the benchmarks' own runners do
+    (``torch.as_tensor(x).to(torch.float32)``). Raises ``PolicyError`` in one line naming the
+    expected and the received shape, dtype or values.
     """
-    output = to_numpy(output)
-    dtype = getattr(output, "dtype", None)
-    if isinstance(dtype, np.dtype) and dtype.kind not in _REAL_KINDS:  # float32 would drop an imaginary part
-        raise PolicyError(f"policy returned actions of dtype {dtype}; expected real numbers (bool, int or float)")
-    try:
-        array = np.array(output, dtype=np.float32)  # always a copy: never alias the policy's buffer
-    except (TypeError, ValueError) as exc:
-        raise PolicyError(f"policy returned {type(output).__name__}, expected an array of actions: {exc}") from None
+    array = _real_array(output)
     shape = array.shape
     expected = (
         f"expected ({action_dim},), (K, {action_dim}) or (1, K, {action_dim}) with 1 <= K <= chunk_size={chunk_size}"
@@ -104,15 +100,67 @@ def as_action_chunk(output: Any, action_dim: int, chunk_size: int) -> np.ndarray
     if not np.isfinite(array).all():
         bad = "NaN" if np.isnan(array).any() else "inf"
         raise PolicyError(f"policy returned {bad} in an action chunk of shape {shape}; expected finite values")
+    with np.errstate(over="ignore"):
+        chunk = array.astype(np.float32)  # always a copy: never alias the policy's buffer
+    if not np.isfinite(chunk).all():
+        largest = float(np.abs(array.astype(np.float64)).max())
+        raise PolicyError(
+            f"policy returned {largest:g} in an action chunk of shape {shape}, which overflows float32 "
+            f"(largest {float(np.finfo(np.float32).max):g}); expected finite float32 values"
+        )
+    return chunk
+
+
+def _real_array(output: Any) -> np.ndarray:
+    """``output`` as a numpy array of real numbers (bool, int or float), else ``PolicyError``
+    naming what came back: None, strings or bytes, complex numbers, ints beyond float range, or
+    an object whose conversion raised."""
+    what = type(output).__name__
+    if output is None:
+        raise PolicyError("policy returned None; expected an array of actions")
+    if getattr(output, "is_complex", None) is not None and output.is_complex():  # float32 would drop it silently
+        raise PolicyError(f"policy returned a {what} of dtype {output.dtype}; expected real numbers")
+    try:
+        array = np.asarray(to_numpy(output))
+    except Exception as exc:  # the policy's object: a raising __array__, a ragged list, ...
+        raise PolicyError(f"policy returned {what}, which is not an array of numbers ({_one_line(exc)})") from None
+    if array.dtype.kind == "O":
+        odd = next((type(v).__name__ for v in array.flat if not isinstance(v, numbers.Real)), None)
+        if odd is not None:
+            raise PolicyError(f"policy returned {what} holding {odd}; expected real numbers (bool, int or float)")
+        try:
+            array = array.astype(np.float64)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise PolicyError(
+                f"policy returned {what} holding a number beyond float range ({_one_line(exc)})"
+            ) from None
+    if array.dtype.kind in "SU":
+        raise PolicyError(
+            f"policy returned text ({what}, dtype {array.dtype}); expected real numbers, not strings or bytes"
+        )
+    if array.dtype.kind not in _REAL_KINDS:
+        raise PolicyError(f"policy returned {what} of dtype {array.dtype}; expected real numbers (bool, int or float)")
     return array
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 _REAL_KINDS = "biuf"
 
 
 def to_numpy(value: Any) -> Any:
-    """A torch tensor as a numpy array (without importing torch); anything else as it is."""
-    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
+    """A torch tensor as a numpy array (without importing torch); anything else as it is. A
+    dtype numpy lacks (bfloat16, the float8s) widens to float32, which holds it exactly."""
+    if not hasattr(value, "detach"):
+        return value
+    tensor = value.detach().cpu()
+    try:
+        return tensor.numpy()
+    except TypeError:  # torch: "Got unsupported ScalarType BFloat16"
+        return tensor.float().numpy()
 
 
 def _json_safe(value: Any) -> Any:

@@ -17,11 +17,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.latest import LatestRecords
-from pytest_vlaeval.results.rundir import RunDir, shard_of
+from pytest_vlaeval.results.rundir import RunDir, attempt_write, shard_of, writing
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.spec import Benchmark, load_benchmark, resolve_benchmark, select
 
@@ -53,8 +53,9 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
                 if not filecmp.cmp(log, target, shallow=False):
                     raise SpecError(f"{target} exists with other content than {log}")
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log, target)
+            with writing(target):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, target)
             copied += 1
 
     benchmark = _benchmark(run_dirs, reference, benchmark_arg)
@@ -71,9 +72,11 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
     with store.locked():  # a session may be writing the same directory's canonical files
         body, per_task = summary(selection, LatestRecords.read(store.dir), interrupted=False)
         write_canonical(store.dir, body, per_task)
-    write_chart(body, per_task, store.dir.chart)
+    unwritten: list[str] = []
+    attempt_write(store.dir.chart, lambda: write_chart(body, per_task, store.dir.chart), unwritten)
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]
+    lines += [f"not written: {line}" for line in unwritten]
     lines += [
         f"shard {index}/{count} has no episode log: run `{rerun_command(reference, f'--vla-shard={index}/{count}')}`"
         for index, count in missing_shards(out)
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         lines = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark)
-    except (SpecError, FileNotFoundError) as exc:
+    except (SpecError, ResultsUnwritable, FileNotFoundError) as exc:
         print(f"vlaeval-merge: {exc}")
         return 2
     print("\n".join(lines))

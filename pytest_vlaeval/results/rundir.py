@@ -16,12 +16,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
+from pytest_vlaeval.errors import ResultsUnwritable
+
+T = TypeVar("T")
 _SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
 
 
@@ -61,3 +68,34 @@ def shard_of(log: Path) -> tuple[int, int] | None:
     """``(index, count)`` of the shard that wrote ``log``, None for an unsharded session's log."""
     match = _SHARD_LABEL.search(log.name)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an ``OSError`` while writing ``path`` into ``ResultsUnwritable``, one line naming the
+    file (and, for a full disk, the file system it is on)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise ResultsUnwritable(f"no space left on {_mount_point(path)} writing {path}") from None
+        raise ResultsUnwritable(f"{(exc.strerror or str(exc)).lower()} writing {path}") from None
+
+
+def _mount_point(path: Path) -> Path:
+    resolved = path.resolve()
+    return next((p for p in (resolved, *resolved.parents) if os.path.ismount(p)), Path("/"))
+
+
+def attempt_write(path: Path, write: Callable[[], T], unwritten: list[str], *, ours: bool = True) -> T | None:
+    """``write()``'s result, or None and a line in ``unwritten`` when the disk refused it: for
+    outputs that only read the canonical files (chart, report). A torn file of the run is
+    removed: an old or half-written one would contradict this run."""
+    try:
+        with writing(path):
+            return write()
+    except ResultsUnwritable as exc:
+        unwritten.append(str(exc))
+        if ours:
+            path.unlink(missing_ok=True)
+        return None

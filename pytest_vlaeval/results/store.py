@@ -16,15 +16,15 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import Benchmark, Selection
+from pytest_vlaeval.results.rundir import RunDir, writing
+from pytest_vlaeval.spec import Benchmark, Selection, load_benchmark
 
 
 def run_dir_name(selection: Selection, policy_spec: str) -> str:
@@ -75,19 +75,21 @@ class RunStore:
                     if stored.get(k) != expected.get(k)
                 )
                 raise SpecError(
-                    f"{self.run_dir} holds a run with a different fingerprint ({diff}); use another --vla-results or remove that directory"
+                    f"{self.run_dir} holds a run with a different fingerprint ({diff}); "
+                    f"start a new run beside it with --vla-run-name=<new name> (or another --vla-results)"
                 )
             return
         write_json_atomic(path, expected)
 
     def keep_spec(self, benchmark: Benchmark) -> None:
         """Keep a copy of the benchmark file the run is made with, so the run directory describes
-        itself: merge, reports and comparisons need no outside file. Byte for byte, so its digest
-        is the fingerprint's."""
+        itself: merge, reports and comparisons need no outside file. Byte for byte (comments too),
+        checked to still say what the fingerprint's digest says."""
         if self.dir.spec.is_file():  # the claimed fingerprint's digest says it is this benchmark
             return
-        raw = Path(benchmark.source).read_bytes()
-        if hashlib.sha256(raw).hexdigest() != benchmark.digest:
+        source = Path(benchmark.source)
+        raw = source.read_bytes()
+        if load_benchmark(source).digest != benchmark.digest:
             raise SpecError(f"benchmark file {benchmark.source} changed after it was read; start the session again")
         write_text_atomic(self.dir.spec, raw.decode("utf-8"))
 
@@ -106,13 +108,21 @@ class RunStore:
         self.claim(identity, self.dir.policy)
 
     def append(self, record: EpisodeRecord) -> None:
+        """Append ``record`` to this session's log, durably; ``ResultsUnwritable`` when the disk
+        refuses it (a torn last line is passed over when the log is read)."""
         if self._log is None:
             self.log_path = self.dir.new_log(self.label)
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = self.log_path.open("a", encoding="utf-8")
-        self._log.write(json.dumps(record.to_dict()) + "\n")
-        self._log.flush()
-        os.fsync(self._log.fileno())
+        with writing(self.log_path):
+            try:
+                if self._log is None:
+                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                    self._log = self.log_path.open("a", encoding="utf-8")
+                self._log.write(json.dumps(record.to_dict()) + "\n")
+                self._log.flush()
+                os.fsync(self._log.fileno())
+            except OSError:
+                self._discard_log()
+                raise
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -138,8 +148,16 @@ class RunStore:
             ) from None
 
     def close(self) -> None:
+        if self._log is not None and self.log_path is not None:
+            with writing(self.log_path):
+                self._log.close()
+            self._log = None
+
+    def _discard_log(self) -> None:
+        """Drop a log the disk refused; the failure that led here is the one reported."""
         if self._log is not None:
-            self._log.close()
+            with suppress(OSError):  # closing flushes what the disk just refused
+                self._log.close()
             self._log = None
 
 
@@ -163,6 +181,11 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write via a temp file and rename, so a reader or a crash never sees half a file."""
+    with writing(path):
+        _write_text_atomic(path, text)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

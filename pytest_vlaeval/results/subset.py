@@ -51,3 +51,8 @@ def still_to_run(universe: list[EpisodeId], records: Mapping[EpisodeId, EpisodeR
     """Episodes whose latest record matches ``mode`` (``missing``: no record at all)."""
     wanted = {"errors": {ERROR}, "failures": {FAILURE}, "missing": {None}, "incomplete": {ERROR, None}}[mode]
     return [key for key in universe if (records[key].outcome if key in records else None) in wanted]
+
+
+def unfinished_shards(selection: Selection, count: int, completed: set[EpisodeId]) -> list[int]:
+    """The shards of a ``count``-way split that hold an episode not completed yet."""
+    return [i for i in range(1, count + 1) if any(key not in completed for key in shard(selection, i, count))]
