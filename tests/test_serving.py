@@ -149,6 +149,28 @@ class PlainFaulty(Faulty):
     act_batch = None  # type: ignore[assignment]
 
 
+class Unconvertible:
+    """What a broken model returns: an array-like whose conversion itself raises."""
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise RuntimeError("weights on a device that is gone")
+
+
+class BadRowForOneTask(Faulty):
+    """Batched: a usable chunk for every row except the one asking for ``bad output``."""
+
+    def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> list[Any]:
+        Recorder.batches.append([e.id for e in episodes])
+        return [Unconvertible() if o["instruction"] == "bad output" else np.zeros((1, 7)) for o in observations]
+
+
+class PlainBadRowForOneTask(BadRowForOneTask):
+    act_batch = None  # type: ignore[assignment]
+
+    def act(self, obs: dict[str, Any]) -> Any:
+        return Unconvertible() if obs["instruction"] == "bad output" else np.zeros(7)
+
+
 def slow_loading_policy() -> RandomPolicy:
     Recorder.release.wait(WAIT_S)
     return RandomPolicy()
@@ -400,6 +422,24 @@ def test_a_policy_without_act_batch_fails_only_the_faulty_request(start_server) 
     failed, served = in_threads(2, run)
     assert str(failed) == "served policy.act raised RuntimeError: poisoned observation"
     assert isinstance(served, np.ndarray)
+
+
+@pytest.mark.parametrize("spec", ["test_serving:BadRowForOneTask", "test_serving:PlainBadRowForOneTask"])
+def test_an_unusable_row_fails_only_its_own_episode_blamed_on_the_policy(start_server, spec: str) -> None:
+    server = start_server(spec, max_batch_size=2, max_wait_ms=10_000)
+    policies = [client(server.url) for _ in range(2)]
+    together = threading.Barrier(2)
+
+    def run(i: int) -> Exception | np.ndarray:
+        policies[i].reset(episode(i))
+        together.wait(WAIT_S)
+        return _outcome(policies[i], marker_obs(i, "bad output" if i == 0 else "ok"))
+
+    bad, good = in_threads(2, run)
+    assert server.stats()["batch_sizes"] == {"2": 1}, "both rows shared one batch"
+    assert isinstance(bad, PolicyError) and "server fault" not in str(bad), bad
+    assert "weights on a device that is gone" in str(bad)
+    assert isinstance(good, np.ndarray) and good.shape == (1, 7)
 
 
 def test_garbage_frames_get_error_replies_and_the_connection_keeps_serving(start_server) -> None:

@@ -43,6 +43,21 @@ class Broken(Noisy):
         raise ValueError("broken weights")
 
 
+class Unconvertible:
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("weights on a device that is gone")
+
+
+class BadForBetaBesideAlpha(Noisy):
+    """An unusable output for Beta's row whenever it shares a batch with Alpha's, usable chunks otherwise."""
+
+    def act_batch(self, episodes, observations):
+        mixed = len({e.info.task for e in episodes}) > 1
+        return [
+            Unconvertible() if mixed and e.info.task == "Beta-v0" else e.rng.uniform(0, 0.7, (2, 7)) for e in episodes
+        ]
+
+
 class Light(Noisy):
     def act(self, obs):
         loaded = {"websockets", "msgpack"} & set(sys.modules)
@@ -95,6 +110,19 @@ def test_a_policy_fault_on_the_server_is_an_episode_error(fake: pytest.Pytester)
     for record in episode_records(only_run_dir(fake.path / "results")).values():
         assert record["message"] == "served policy.act_batch raised ValueError: broken weights"
         assert record["error_kind"] == "policy" and "ValueError: broken weights" in record["detail"]
+
+
+def test_a_bad_row_under_vla_serve_fails_only_its_own_episodes_as_policy_errors(fake: pytest.Pytester) -> None:
+    fake.makepyfile(served=SERVED)
+    result = fake.runpytest_subprocess(*FAKE, "--vla-serve=served:BadForBetaBesideAlpha", "-n", "2", "--episodes=8")
+    records = episode_records(only_run_dir(fake.path / "results"))
+    alpha = [r for (task, _), r in records.items() if task == "Alpha-v0"]
+    beta_errors = [r for (task, _), r in records.items() if task == "Beta-v0" and r["outcome"] == "error"]
+    assert len(records) == 16 and {r["worker"] for r in records.values()} == {"gw0", "gw1"}, result.stdout.str()
+    assert beta_errors, "no batch held both tasks' rows: nothing was tested"
+    assert all(r["error_kind"] == "policy" and "device that is gone" in r["message"] for r in beta_errors)
+    assert [r["message"] for r in alpha if r["outcome"] == "error"] == [], "Alpha's valid rows were answered"
+    assert "batch of" not in (only_run_dir(fake.path / "results") / "server.log").read_text()
 
 
 def test_an_unreachable_server_makes_every_episode_an_error(fake: pytest.Pytester) -> None:

@@ -99,14 +99,23 @@ class PolicyEngine:
         return checked_policy(_call(self.factory, "factory"), self.spec)
 
     def _outcome(self, fn: Any, name: str, arg: Any) -> Outcome:
+        """One row's chunk or error: whatever its output does while being checked stays on its own row."""
         try:
-            return as_action_chunk(_call(fn, name, arg), self.action_dim, self.chunk_size)
+            output = _call(fn, name, arg)
+            return as_action_chunk(output, self.action_dim, self.chunk_size)
         except PolicyError as exc:
             return exc
+        except Exception as exc:
+            error = PolicyError(f"policy.{name} returned {type(output).__name__} that cannot be used: {exc}")
+            error.__cause__ = exc
+            return error
 
     @staticmethod
     def _rows(output: Any, count: int) -> Sequence[Any]:
-        output = to_numpy(output)
+        try:
+            output = to_numpy(output)
+        except Exception as exc:
+            raise PolicyError(f"act_batch returned {type(output).__name__} that cannot be used: {exc}") from exc
         try:
             rows = len(output)
         except TypeError:
