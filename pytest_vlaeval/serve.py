@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.policy.loading import local_reference
+from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy, parse_local_policy
 from pytest_vlaeval.serving.connection import PROTOCOLS, ServerConfig
 from pytest_vlaeval.serving.server import PolicyServer
 from pytest_vlaeval.serving.url import TOKEN_ENV
@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        local_reference(args.policy)  # a server serves a local policy; it never proxies another server
+        policy = parse_local_policy(args.policy)  # a server serves a local policy; it never proxies another server
     except SpecError as exc:
         print(f"vlaeval-serve: error: {exc}", file=sys.stderr)
         return 2
@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     config = ServerConfig(**{name: getattr(args, name) for name in SETTINGS}, token=args.token or None)
     if not config.token and not _is_loopback(config.host):
         log.warning("serving on %s without a token: anyone who can reach it can use the policy", config.host)
-    return asyncio.run(_serve(args.policy, config, args.stop_on_stdin_eof))
+    return asyncio.run(_serve(policy, config, args.stop_on_stdin_eof))
 
 
-async def _serve(spec: str, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
+async def _serve(spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -102,7 +102,7 @@ async def _serve(spec: str, config: ServerConfig, stop_on_stdin_eof: bool) -> in
             loading.result()
             await stopping
     except (PolicyError, SpecError) as exc:
-        log.error("cannot load policy %s: %s", spec, exc)
+        log.error("cannot load policy %s: %s", spec.text, exc)
         return 1
     finally:
         loading.cancel()

@@ -34,13 +34,14 @@ from websockets.sync.client import ClientConnection, connect
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.policy.contract import episode_rng
+from pytest_vlaeval.policy.loading import parse_local_policy
 from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving import table as server_module
 from pytest_vlaeval.serving.client import RemotePolicy, RemoteTraceback
 from pytest_vlaeval.serving.connect import connect_policy
 from pytest_vlaeval.serving.launcher import ServerProcess, ServerStartError
 from pytest_vlaeval.serving.server import PolicyServer, ServerConfig
-from pytest_vlaeval.serving.url import TOKEN_ENV
+from pytest_vlaeval.serving.url import TOKEN_ENV, parse_remote_spec
 
 # openpi-client connects the way websockets 17 deprecates; that is its business, not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager:DeprecationWarning")
@@ -186,7 +187,7 @@ class ThreadServer:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.server = PolicyServer(spec, ServerConfig(port=config.pop("port", 0), **config))
+        self.server = PolicyServer(parse_local_policy(spec), ServerConfig(port=config.pop("port", 0), **config))
         self.call(self.server.start())
         self.url = self.server.url
         if load:
@@ -239,7 +240,7 @@ def episode(seed: int, task: str = "Task-v0") -> EpisodeInfo:
 
 def client(url: str, action_dim: int = 7, **options: float) -> RemotePolicy:
     query = "&".join(f"{k}={v}" for k, v in {"timeout": WAIT_S, "connect_timeout": 5, **options}.items())
-    policy = connect_policy(f"{url}?{query}", action_dim)
+    policy = connect_policy(parse_remote_spec(f"{url}?{query}"), action_dim)
     assert isinstance(policy, RemotePolicy)
     return policy
 
@@ -739,8 +740,10 @@ def openpi_server() -> Iterator[MiniOpenpiServer]:
 
 def test_our_openpi_client_against_an_openpi_style_server(openpi_server: MiniOpenpiServer) -> None:
     with pytest.raises(PolicyError, match=r"does not say how many actions to execute per inference; add \?chunk_size"):
-        connect_policy(f"openpi://127.0.0.1:{openpi_server.port}", 7)
-    policy = connect_policy(f"openpi://127.0.0.1:{openpi_server.port}?chunk_size=4&timeout={WAIT_S}", 7)
+        connect_policy(parse_remote_spec(f"openpi://127.0.0.1:{openpi_server.port}"), 7)
+    policy = connect_policy(
+        parse_remote_spec(f"openpi://127.0.0.1:{openpi_server.port}?chunk_size=4&timeout={WAIT_S}"), 7
+    )
     assert (policy.chunk_size, policy.name) == (4, "openpi")
     policy.reset(episode(1))
     obs = marker_obs(3, "pick the cube")

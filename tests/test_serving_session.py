@@ -13,6 +13,7 @@ import pytest
 from helpers import assert_one_line_usage_error, episode_records
 
 from pytest_vlaeval.episodes.runner import EpisodeRunner
+from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 SERVED = '''
@@ -185,7 +186,7 @@ def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: P
     assert summary["n_completed"] == 2 and summary["n_errors"] == 0
 
     benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), "random", "auto")
+    runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), parse_policy("random"), "auto")
     try:
         records = [runner.run(benchmark.task(task), seed, index) for index, seed in enumerate(seeds)]
     finally:

@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_vlaeval.serving.client import OpenpiPolicy, RemotePolicy
-from pytest_vlaeval.serving.url import parse_remote_spec
+from pytest_vlaeval.serving.url import RemoteSpec
 from pytest_vlaeval.serving.vla_eval_client import VlaEvalPolicy
 
 
-def connect_policy(spec: str, action_dim: int, benchmark: str = "") -> Any:
+def connect_policy(remote: RemoteSpec, action_dim: int, benchmark: str = "") -> Any:
     """The policy behind a ``ws://``, ``openpi://`` or ``vla-eval://`` spec, connected and checked."""
-    remote = parse_remote_spec(spec)
     if remote.scheme == "vla-eval":
         return VlaEvalPolicy(remote, action_dim, benchmark)
     return (RemotePolicy if remote.scheme == "ws" else OpenpiPolicy)(remote, action_dim)

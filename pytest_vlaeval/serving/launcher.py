@@ -19,11 +19,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV, served_url
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -122,14 +125,14 @@ class ServerProcess:
         return ServerStartError(f"{what}: {errors[-1] if errors else 'no log output'} (log: {self.log_path})")
 
 
-def serve_session(config: pytest.Config, spec: str, log_path: Path) -> str:
+def serve_session(config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, log_path: Path) -> str:
     """Start the session's server with a fresh token, stopped when the session ends; returns its address.
 
     The token travels in the environment, which the server and the xdist workers inherit.
     """
     previous = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = secrets.token_urlsafe(24)
-    server = ServerProcess(spec, log_path)
+    server = ServerProcess(policy.text, log_path)
 
     def stop() -> None:
         server.stop()
@@ -142,7 +145,7 @@ def serve_session(config: pytest.Config, spec: str, log_path: Path) -> str:
     try:
         server.start()
     except ServerStartError as exc:
-        raise pytest.UsageError(f"--vla-serve {spec}: {exc}") from None
+        raise pytest.UsageError(f"--vla-serve {policy.text}: {exc}") from None
     assert server.proc is not None
     session_server = _SessionServer(served_url(server.url, server.proc.pid), server, config)
     config.pluginmanager.register(session_server, "vlaeval-served-url")

@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -31,6 +31,9 @@ from pytest_vlaeval.serving.connection import PROTOCOLS, Connection, OpenEpisode
 from pytest_vlaeval.serving.engine import Outcome, PolicyEngine, ServedEpisode
 from pytest_vlaeval.serving.table import EpisodeTable
 
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
+
 log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
@@ -40,7 +43,9 @@ HANDLERS: dict[str, Any] = {"vlaeval": serve_vlaeval, "openpi": serve_openpi, "v
 
 
 class PolicyServer:
-    def __init__(self, spec: str, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, factory: Callable[[], Any] | None = None
+    ) -> None:
         """``factory`` (optional) makes the policy instead of the one ``spec`` names; ``spec`` then names it in logs."""
         if config.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {config.protocol!r}")
@@ -136,7 +141,7 @@ class PolicyServer:
         batches = sum(sizes.values())
         return {
             "status": "ok" if self.engine is not None else "loading",
-            "policy": self.engine.model["name"] if self.engine is not None else self.spec,
+            "policy": self.engine.model["name"] if self.engine is not None else self.spec.text,
             "protocol": self.config.protocol,
             "open_episodes": len(self.table.episodes),
             "waiting_opens": self.table.slots.waiting,
