@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 import socket
 import threading
 import time
@@ -785,3 +786,37 @@ def test_the_serve_command_starts_serves_and_stops(tmp_path: Path, monkeypatch: 
     broken = ServerProcess("no_such_module:make", tmp_path / "broken.log")
     with pytest.raises(ServerStartError, match=r"exited with status 1: .*cannot load policy no_such_module:make"):
         broken.start(timeout_s=WAIT_S * 2)
+
+
+def test_connections_past_the_cap_are_refused_and_repeated_log_lines_are_held_back(tmp_path: Path) -> None:
+    process = ServerProcess("zero", tmp_path / "server.log", args=["--max-connections", "4"])
+    url = process.start(timeout_s=WAIT_S * 2)
+    assert process.proc is not None
+    resource.prlimit(process.proc.pid, resource.RLIMIT_NOFILE, (48, 48))  # fewer than the clients below
+    clients = [connect(url, compression=None, proxy=None) for _ in range(60)]
+    try:
+        closes = []
+        for ws in clients:
+            try:
+                ws.recv(WAIT_S)
+            except ConnectionClosed as exc:
+                closes.append(exc.rcvd)
+        assert len(closes) == 56, "all but four were refused"
+        assert {(c.code, c.reason) for c in closes if c is not None} == {
+            (1013, "the server holds its maximum of 4 connections (--max-connections)")
+        }
+        assert process.health()["status"] == "ok"
+        for ws in clients:
+            ws.close()
+        policy = client(url)  # the slots came back
+        policy.reset(episode(1))
+        assert policy.act(marker_obs(1)).shape == (1, 7)
+        policy.close()
+    finally:
+        for ws in clients:
+            ws.close()
+        assert process.stop() == 0
+    log = (tmp_path / "server.log").read_text()
+    assert log.count("WARNING refused a connection from") == 1, log
+    assert "55 more lines like 'refused a connection from %s: %d connections are open'" in log
+    assert len(log.splitlines()) < 20, log

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
 from pytest_vlaeval.policy.contract import EpisodeInfo
@@ -183,6 +184,13 @@ class PolicyServer:
     # -- connections and episodes --------------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
+        if self._connections >= self.config.max_connections:
+            log.warning("refused a connection from %s: %d connections are open", ws.remote_address, self._connections)
+            await ws.close(
+                CloseCode.TRY_AGAIN_LATER,
+                f"the server holds its maximum of {self.config.max_connections} connections (--max-connections)",
+            )
+            return
         connection = Connection(ws)
         self._connections += 1
         try:
