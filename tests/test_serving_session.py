@@ -17,6 +17,8 @@ from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 SERVED = '''
+import os
+import signal
 import sys
 
 import numpy as np
@@ -57,6 +59,15 @@ class BadForBetaBesideAlpha(Noisy):
         return [
             Unconvertible() if mixed and e.info.task == "Beta-v0" else e.rng.uniform(0, 0.7, (2, 7)) for e in episodes
         ]
+
+
+class FreezesOnBeta(Noisy):
+    """Stops its own server process (SIGSTOP) when Beta's first request reaches it."""
+
+    def act_batch(self, episodes, observations):
+        if any(e.info.task == "Beta-v0" for e in episodes):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().act_batch(episodes, observations)
 
 
 class Light(Noisy):
@@ -124,6 +135,21 @@ def test_a_bad_row_under_vla_serve_fails_only_its_own_episodes_as_policy_errors(
     assert all(r["error_kind"] == "policy" and "device that is gone" in r["message"] for r in beta_errors)
     assert [r["message"] for r in alpha if r["outcome"] == "error"] == [], "Alpha's valid rows were answered"
     assert "batch of" not in (only_run_dir(fake.path / "results") / "server.log").read_text()
+
+
+def test_a_stopped_server_is_said_once_and_its_episodes_fail_at_once_without_tracebacks(
+    fake: pytest.Pytester,
+) -> None:
+    fake.makepyfile(served=SERVED)
+    result = fake.runpytest_subprocess(*FAKE, "--vla-serve=served:FreezesOnBeta", "--episodes=2")
+    output = result.stdout.str() + result.stderr.str()
+    records = episode_records(only_run_dir(fake.path / "results"))
+    assert [records[("Alpha-v0", seed)]["outcome"] != "error" for seed in (100, 101)] == [True, True]
+    for seed in (100, 101):
+        beta = records[("Beta-v0", seed)]
+        assert beta["error_kind"] == "server" and "is stopped (SIGSTOP or a debugger)" in beta["message"], beta
+    assert output.count("stopped answering (its process is stopped: SIGSTOP or a debugger)") == 1, output
+    assert "keepalive" not in output and "Traceback" not in output, output
 
 
 def test_an_unreachable_server_makes_every_episode_an_error(fake: pytest.Pytester) -> None:
