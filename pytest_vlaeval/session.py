@@ -24,9 +24,10 @@ from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.context import SequentialSettings
     from pytest_vlaeval.policy.loading import LocalPolicy, PolicySpec
     from pytest_vlaeval.results.record import EpisodeRecord
-    from pytest_vlaeval.results.sequential_gate import SequentialGate, SequentialSettings
+    from pytest_vlaeval.results.sequential_gate import SequentialGate
     from pytest_vlaeval.results.store import RunStore
 
 THIRD_PARTY_WARNINGS = (

@@ -159,9 +159,11 @@ class _RemoteBase:
 
     chunk_size: int
 
-    def __init__(self, remote: RemoteSpec, action_dim: int, auth_scheme: str) -> None:
+    def __init__(self, remote: RemoteSpec, action_dim: int, auth_scheme: str, benchmark: str) -> None:
         self.remote = remote
         self.action_dim = action_dim
+        self.benchmark = benchmark
+        """The benchmark its episodes come from, for protocols that name it to the server."""
         self.link = Link(remote, auth_scheme)
         weakref.finalize(self, self.link.close)  # a clean close frame, also at interpreter exit
 
@@ -177,8 +179,8 @@ class _RemoteBase:
 class RemotePolicy(_RemoteBase):
     """A policy served over this package's protocol, one server-side episode per ``reset``."""
 
-    def __init__(self, remote: RemoteSpec, action_dim: int) -> None:
-        super().__init__(remote, action_dim, "Bearer")
+    def __init__(self, remote: RemoteSpec, action_dim: int, benchmark: str = "") -> None:
+        super().__init__(remote, action_dim, "Bearer", benchmark)
         self._episode: str | None = None
         self._step = 0
         self.metadata = self._connect()
@@ -276,8 +278,8 @@ class OpenpiPolicy(_RemoteBase):
     """A policy behind an openpi server. That protocol has no episode boundary: the server sees
     a stream of observations, so only stateless policies are evaluated correctly this way."""
 
-    def __init__(self, remote: RemoteSpec, action_dim: int) -> None:
-        super().__init__(remote, action_dim, "Api-Key")
+    def __init__(self, remote: RemoteSpec, action_dim: int, benchmark: str = "") -> None:
+        super().__init__(remote, action_dim, "Api-Key", benchmark)
         self.metadata = self._connect()
         chunk_size = remote.chunk_size or self.metadata.get("chunk_size")
         if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:

@@ -17,9 +17,6 @@ from websockets.exceptions import ConnectionClosed
 
 from pytest_vlaeval.serving.engine import Outcome, ServedEpisode
 
-PROTOCOLS = ("vlaeval", "openpi", "vla-eval")
-"""Wire protocols a server speaks (``--protocol``)."""
-
 
 @dataclass(frozen=True)
 class ServerConfig:

@@ -26,11 +26,12 @@ from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving import protocol, serve_openpi, serve_vla_eval, serve_vlaeval
+from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving.batcher import Batcher
-from pytest_vlaeval.serving.connection import PROTOCOLS, Connection, OpenEpisode, ServerConfig
+from pytest_vlaeval.serving.connection import Connection, OpenEpisode, ServerConfig
 from pytest_vlaeval.serving.engine import Outcome, PolicyEngine, ServedEpisode
 from pytest_vlaeval.serving.table import EpisodeTable
+from pytest_vlaeval.serving.transports import BY_PROTOCOL, PROTOCOLS
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
-
-HANDLERS: dict[str, Any] = {"vlaeval": serve_vlaeval, "openpi": serve_openpi, "vla-eval": serve_vla_eval}
-"""Each wire protocol's handler module: ``serve_connection(server, connection)`` and ``LOAD_UNIT``."""
 
 
 class PolicyServer:
@@ -54,7 +52,7 @@ class PolicyServer:
         self.factory = factory
         self.config = config
         self.engine: PolicyEngine | None = None
-        self._protocol = HANDLERS[config.protocol]
+        self._protocol = BY_PROTOCOL[config.protocol].handler_module()
         self.batcher = Batcher(
             self._forward,
             max_batch=config.max_batch_size,

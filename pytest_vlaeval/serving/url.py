@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.serving.transports import BY_SCHEME, TRANSPORTS
 
 TOKEN_ENV = "VLAEVAL_SERVE_TOKEN"
 SERVED_URL_KEY = "vla_served_url"
 """xdist ``workerinput`` key: the address of the session's own server (``--vla-serve``)."""
-SCHEMES = ("ws", "openpi", "vla-eval")
-_CHUNKED = ("timeout", "connect_timeout", "chunk_size")
-_OPTIONS = {"ws": ("timeout", "connect_timeout", "server_pid"), "openpi": _CHUNKED, "vla-eval": _CHUNKED}
 _INTEGER_OPTIONS = ("chunk_size", "server_pid")
 _TEXT_OPTIONS = ("identity",)
 
@@ -58,18 +56,19 @@ class RemoteSpec:
 
 def parse_remote_spec(spec: str) -> RemoteSpec:
     """Parse and check a remote policy spec; raises ``SpecError`` saying what is wrong."""
-    usage = f"--policy {spec!r}: expected ws://HOST:PORT, openpi://HOST:PORT[?chunk_size=K] or vla-eval://HOST:PORT"
+    *others, last = (transport.address for transport in TRANSPORTS)
+    usage = f"--policy {spec!r}: expected {', '.join(others)} or {last}"
     parts = urlsplit(spec)
     try:
         port = parts.port
     except ValueError:
         port = None
-    if parts.scheme not in SCHEMES or not parts.hostname or port is None or parts.path not in ("", "/"):
+    if parts.scheme not in BY_SCHEME or not parts.hostname or port is None or parts.path not in ("", "/"):
         raise SpecError(usage)
     options: dict[str, float] = {}
     named = None
     for name, text in parse_qsl(parts.query, keep_blank_values=True):
-        known = (*_OPTIONS[parts.scheme], *_TEXT_OPTIONS)
+        known = (*BY_SCHEME[parts.scheme].url_options, *_TEXT_OPTIONS)
         if name not in known:
             raise SpecError(f"{usage}; unknown option {name!r} (known: {', '.join(known)})")
         if name in _TEXT_OPTIONS:
