@@ -202,9 +202,7 @@ def select(
     episodes = benchmark.episodes if episodes is None else episodes
     if episodes < 1:
         raise SpecError(f"--episodes must be at least 1, got {episodes}")
-    start_seed = benchmark.start_seed if start_seed is None else start_seed
-    if start_seed < 0:
-        raise SpecError(f"--vla-start-seed must be non-negative, got {start_seed}")
+    start_seed = benchmark.start_seed if start_seed is None else start_seed  # --vla-start-seed: checked by the session
     return Selection(benchmark, split, tuple(tasks), start_seed, episodes)
 
 
