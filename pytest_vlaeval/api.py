@@ -27,7 +27,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
+from pytest_vlaeval.policy.loading import LocalPolicy
 from pytest_vlaeval.results import schema
 from pytest_vlaeval.results.rundir import RunDir
 
@@ -157,15 +159,25 @@ def _served(policy: Any, benchmark: str, env: dict[str, str]) -> Any:
         max_episodes=1 if one_at_a_time else ServerConfig.max_episodes,
         admission_timeout_s=SERVED_EPISODE_WAIT_S if one_at_a_time else ServerConfig.admission_timeout_s,
     )
-    server = ServerThread(_label(policy), config, policy if _is_factory(policy) else lambda: policy)
+    reference = _reference(policy)
+    server = ServerThread(reference, config, policy if _is_factory(policy) else lambda: policy)
     try:
         url = server.__enter__()
     except Exception as exc:
         raise EvaluationError(f"cannot serve the policy object: {exc}") from exc
     try:
-        yield url
+        assert server.server.engine is not None  # loaded by __enter__
+        yield f"{url}?{urlencode({'identity': _identity(reference.text, server.server.engine.model)})}"
     finally:
         server.__exit__(None, None, None)
+
+
+def _identity(label: str, model: dict[str, Any]) -> str:
+    """The run's policy: its class (or factory) and what it says of itself, never the port it is served on,
+    so a later call with the same ``run_name`` resumes or reruns the same run."""
+    if model == {"name": label, "config": {}}:
+        return label
+    return f"{label} {json.dumps(model, sort_keys=True, separators=(',', ':'))}"
 
 
 def _is_factory(policy: Any) -> bool:
@@ -178,10 +190,13 @@ def _one_episode_at_a_time(policy: Any) -> bool:
 
 
 def _label(policy: Any) -> str:
-    if isinstance(policy, str):
-        return policy
+    return policy if isinstance(policy, str) else _reference(policy).text
+
+
+def _reference(policy: Any) -> LocalPolicy:
+    """Where a policy object's class (or its factory) lives: how the run and its records name it."""
     named = policy if _is_factory(policy) else type(policy)
-    return f"{named.__module__}:{named.__qualname__}"
+    return LocalPolicy(named.__module__, named.__qualname__)
 
 
 def _run_session(args: list[str], env: dict[str, str]) -> tuple[int, str]:

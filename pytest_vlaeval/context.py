@@ -9,14 +9,30 @@ from typing import TYPE_CHECKING
 from pytest_vlaeval.results.rundir import RunDir, shard_label
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.results.sequential_gate import SequentialSettings
+    from pytest_vlaeval.policy.loading import PolicySpec
     from pytest_vlaeval.spec import Selection
+
+
+@dataclass(frozen=True)
+class SequentialSettings:
+    """``--vla-sequential``'s settings (``results.sequential_gate`` runs the gate)."""
+
+    alpha: float
+    block: int
+    """Seeds per block: a look is taken after every task has run a block."""
+    undecided_exit: int
+    min_sr: float | None = None
+    """One-sample mode: is the split SR above this? Otherwise the drop against the baseline."""
+
+    def block_of(self, seed_index: int) -> int:
+        return seed_index // self.block
 
 
 @dataclass(frozen=True)
 class RunContext:
     selection: Selection
-    policy_spec: str
+    policy: PolicySpec
+    """What the run evaluates (for ``--vla-serve``, the served policy): its ``identity`` names the run."""
     render: str
     run_dir: Path
     retries: int = 0
@@ -32,6 +48,11 @@ class RunContext:
     subset_note: str | None = None
     sequential: SequentialSettings | None = None
     """``--vla-sequential``: seeds in blocks, early stop (``sequential_gate``)."""
+
+    @property
+    def policy_spec(self) -> str:
+        """The run's policy as its reports and fingerprint name it."""
+        return self.policy.identity
 
     @property
     def dir(self) -> RunDir:

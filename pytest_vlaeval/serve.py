@@ -21,9 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.policy.loading import local_reference
-from pytest_vlaeval.serving.connection import PROTOCOLS, ServerConfig
+from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy, parse_local_policy
+from pytest_vlaeval.serving.connection import ServerConfig
+from pytest_vlaeval.serving.logs import RepeatedLines
 from pytest_vlaeval.serving.server import PolicyServer
+from pytest_vlaeval.serving.transports import PROTOCOLS
 from pytest_vlaeval.serving.url import TOKEN_ENV
 
 log = logging.getLogger("pytest_vlaeval.serving")
@@ -36,6 +38,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "max_batch_size": ("positive int", "1 is the exact mode [{}]"),
     "max_wait_ms": (float, "longest a request waits for batch mates [{}]"),
     "max_episodes": ("positive int", "episodes open at once [{}]"),
+    "max_connections": ("positive int", "websocket connections open at once; more are refused [{}]"),
     "admission_timeout_s": ("positive float", "how long an open waits for a slot [{}]"),
     "idle_timeout_s": ("positive float", "close episodes idle this long [{}]"),
     "max_message_bytes": ("positive int", "largest accepted frame [{}]"),
@@ -67,19 +70,25 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        local_reference(args.policy)  # a server serves a local policy; it never proxies another server
+        policy = parse_local_policy(args.policy)  # a server serves a local policy; it never proxies another server
     except SpecError as exc:
         print(f"vlaeval-serve: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s vlaeval-serve %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per health check otherwise
+    repeated = RepeatedLines()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(repeated)
     config = ServerConfig(**{name: getattr(args, name) for name in SETTINGS}, token=args.token or None)
     if not config.token and not _is_loopback(config.host):
         log.warning("serving on %s without a token: anyone who can reach it can use the policy", config.host)
-    return asyncio.run(_serve(args.policy, config, args.stop_on_stdin_eof))
+    try:
+        return asyncio.run(_serve(policy, config, args.stop_on_stdin_eof))
+    finally:
+        repeated.report_held(log)
 
 
-async def _serve(spec: str, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
+async def _serve(spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -102,7 +111,7 @@ async def _serve(spec: str, config: ServerConfig, stop_on_stdin_eof: bool) -> in
             loading.result()
             await stopping
     except (PolicyError, SpecError) as exc:
-        log.error("cannot load policy %s: %s", spec, exc)
+        log.error("cannot load policy %s: %s", spec.text, exc)
         return 1
     finally:
         loading.cancel()

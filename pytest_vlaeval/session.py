@@ -24,9 +24,10 @@ from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.episodes.runner import EpisodeRunner
+    from pytest_vlaeval.context import SequentialSettings
+    from pytest_vlaeval.policy.loading import LocalPolicy, PolicySpec
     from pytest_vlaeval.results.latest import LatestRecords
-    from pytest_vlaeval.results.sequential_gate import SequentialSettings
+    from pytest_vlaeval.results.sequential_gate import SequentialGate
     from pytest_vlaeval.results.store import RunStore
 
 THIRD_PARTY_WARNINGS = (
@@ -59,35 +60,44 @@ def start(config: pytest.Config) -> None:
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
-    runner = _register_episodes(config, run)
-    if worker_plan is None and not config.option.collectonly:
-        _start_controller(config, run, runner, store, latest)
+    controller = worker_plan is None and not config.option.collectonly
+    sequential, served = _prepare_controller(config, run, store) if controller else (None, None)
+    _register_episodes(config, run, _policy_to_run(config, run, served))
+    if controller:
+        _register_controller(config, run, store, latest, sequential)
 
 
-def _register_episodes(config: pytest.Config, run: RunContext) -> EpisodeRunner:
+def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpec) -> None:
     from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.episodes.runner import EpisodeRunner
 
-    runner = EpisodeRunner(run.selection, run.policy_spec, run.render, run.timeout, (run.video, run.dir.videos))
-    if config.getoption("vla_serve") and hasattr(config, "workerinput"):
-        from pytest_vlaeval.serving.url import SERVED_URL_KEY
-
-        runner.policy_spec = config.workerinput.get(SERVED_URL_KEY, runner.policy_spec)  # absent under --co
+    runner = EpisodeRunner(run.selection, policy, run.render, run.timeout, (run.video, run.dir.videos))
     plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note, run.sequential)
     config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
-    return runner
 
 
-def _start_controller(
-    config: pytest.Config, run: RunContext, runner: EpisodeRunner, store: RunStore, latest: LatestRecords
-) -> None:
-    from pytest_vlaeval.controller.adapter import ResultsController
+def _policy_to_run(config: pytest.Config, run: RunContext, served_here: str | None) -> PolicySpec:
+    """What this process's episodes build: the run's policy, or under ``--vla-serve`` the session's
+    server (started here, or reaching an xdist worker through its ``workerinput``; none under ``--co``)."""
+    if not config.getoption("vla_serve"):
+        return run.policy
+    from pytest_vlaeval.policy.loading import parse_policy
+    from pytest_vlaeval.serving.url import SERVED_URL_KEY
+
+    served = served_here or getattr(config, "workerinput", {}).get(SERVED_URL_KEY)
+    return parse_policy(served) if served else run.policy
+
+
+def _prepare_controller(
+    config: pytest.Config, run: RunContext, store: RunStore
+) -> tuple[SequentialGate | None, str | None]:
+    """Check, claim the store and start ``--vla-serve``'s server; returns the sequential gate and the server's address."""
     from pytest_vlaeval.distribute import placement, scheduler
     from pytest_vlaeval.envs import render
     from pytest_vlaeval.results.store import fingerprint
 
-    sequential = None
+    sequential, served = None, None
     try:
         if run.sequential:
             from pytest_vlaeval.results.sequential_gate import SequentialGate
@@ -98,15 +108,26 @@ def _start_controller(
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run)
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
-        store.claim(fingerprint(run.selection, run.policy_spec, run.render))
+        store.claim(fingerprint(run.selection, run.policy.identity, run.render))
         store.keep_spec(run.selection.benchmark)
     except (SpecError, ResultsUnwritable) as exc:
         raise pytest.UsageError(str(exc)) from None
     if config.getoption("vla_serve"):
         from pytest_vlaeval.serving.launcher import serve_session
 
-        # Episodes here, and on xdist workers (via their workerinput), use the shared server.
-        runner.policy_spec = serve_session(config, run.policy_spec, run.dir.server_log)
+        served = serve_session(config, run.policy, run.dir.server_log)
+    return sequential, served
+
+
+def _register_controller(
+    config: pytest.Config,
+    run: RunContext,
+    store: RunStore,
+    latest: LatestRecords,
+    sequential: SequentialGate | None,
+) -> None:
+    from pytest_vlaeval.controller.adapter import ResultsController
+
     config.pluginmanager.register(ResultsController(run, store, latest, sequential), "vlaeval-controller")
     if not config.getoption("vla_failure_details"):
         from pytest_vlaeval.controller.failures import FailedEpisodeSections
@@ -146,16 +167,12 @@ def _run_context(config: pytest.Config) -> RunContext:
         start_seed=config.getoption("vla_start_seed"),
         episodes=config.getoption("episodes"),
     )
-    served = config.getoption("vla_serve")
-    if served and config.getoption("policy"):
-        raise SpecError("--vla-serve serves the policy it names; it does not combine with --policy")
-    policy_spec = served or config.getoption("policy") or config.getini("vla_policy")
-    _check_policy_spec(policy_spec)
+    policy = _policy(config)
     render = config.getoption("vla_render") or config.getini("vla_render")
     results_root = Path(config.getoption("vla_results") or config.getini("vla_results"))
     if not results_root.is_absolute():
         results_root = config.invocation_params.dir / results_root
-    run_name = config.getoption("vla_run_name") or run_dir_name(selection, policy_spec)
+    run_name = config.getoption("vla_run_name") or run_dir_name(selection, policy.identity)
     if run_name in (".", "..") or "/" in run_name or os.sep in run_name:
         raise SpecError(f"--vla-run-name {run_name!r}: expected a directory name, not a path")
     rerun = config.getoption("vla_rerun")
@@ -172,7 +189,7 @@ def _run_context(config: pytest.Config) -> RunContext:
     retries = config.getoption("vla_retries")
     run = RunContext(
         selection,
-        policy_spec,
+        policy,
         render,
         results_root / run_name,
         retries=retries,
@@ -228,30 +245,38 @@ def _sequential(config: pytest.Config) -> SequentialSettings | None:
     )
 
 
-def _check_policy_spec(spec: str) -> None:
-    """Catch a typo'd policy before any worker starts, without importing the user's module."""
-    from pytest_vlaeval.policy.loading import is_remote, local_reference
+def _policy(config: pytest.Config) -> PolicySpec:
+    """``--vla-serve``'s or ``--policy``'s spec, parsed; a typo'd module is caught before any worker starts."""
+    from pytest_vlaeval.policy.loading import LocalPolicy, parse_local_policy, parse_policy
 
-    if is_remote(spec):
-        from pytest_vlaeval.serving.url import parse_remote_spec
+    served = config.getoption("vla_serve")
+    if served and config.getoption("policy"):
+        raise SpecError("--vla-serve serves the policy it names; it does not combine with --policy")
+    policy = (
+        parse_local_policy(served)
+        if served
+        else parse_policy(config.getoption("policy") or config.getini("vla_policy"))
+    )
+    if isinstance(policy, LocalPolicy):
+        _check_importable(policy)
+    return policy
 
-        parse_remote_spec(spec)
-        return
-    reference = local_reference(spec)
-    if reference is None:
-        return
-    module, attr = reference
+
+def _check_importable(policy: LocalPolicy) -> None:
+    """Whether the module exists and binds the name, read without importing the user's module."""
     try:
-        found = importlib.util.find_spec(module)
+        found = importlib.util.find_spec(policy.module)
     except (ImportError, ValueError):
         found = None
     if found is None:
         raise SpecError(
-            f"--policy {spec!r}: module {module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
+            f"--policy {policy.text!r}: module {policy.module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
         )
     names = _top_level_names(found.origin)
-    if names is not None and attr not in names:
-        raise SpecError(f"--policy {spec!r}: module {module!r} ({found.origin}) defines no {attr!r}")
+    if names is not None and policy.attr not in names:
+        raise SpecError(
+            f"--policy {policy.text!r}: module {policy.module!r} ({found.origin}) defines no {policy.attr!r}"
+        )
 
 
 def _top_level_names(origin: str | None) -> set[str] | None:

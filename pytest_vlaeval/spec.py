@@ -227,9 +227,7 @@ def select(
             f"collecting them would take about {gigabytes:.1f} GB and {minutes:.0f} min in the controller and again "
             f"in every xdist worker, before any episode runs; lower --episodes or narrow the tasks with --vla-tasks"
         )
-    start_seed = benchmark.start_seed if start_seed is None else start_seed
-    if start_seed < 0:
-        raise SpecError(f"--vla-start-seed must be non-negative, got {start_seed}")
+    start_seed = benchmark.start_seed if start_seed is None else start_seed  # --vla-start-seed: checked by the session
     return Selection(benchmark, split, tuple(tasks), start_seed, episodes)
 
 

@@ -12,6 +12,7 @@ from helpers import episode_records
 
 import pytest_vlaeval
 from pytest_vlaeval.api import EvaluationError, Summary
+from pytest_vlaeval.results.rundir import RunDir
 
 
 class Trainee:
@@ -37,6 +38,17 @@ class Trainee:
 
 class Stateful(Trainee):
     act_batch = None  # one episode's memory: served one episode at a time
+
+
+class Mending(Stateful):
+    """Fails Beta's episodes until the loop mends it; says nothing of itself beyond its class."""
+
+    broken = True
+
+    def act(self, obs: dict) -> np.ndarray:
+        if self.broken and obs["instruction"] == "push beta":
+            raise RuntimeError("head not trained yet")
+        return super().act(obs)
 
 
 def test_a_training_loop_evaluates_its_model_object_after_each_epoch(fake: pytest.Pytester) -> None:
@@ -70,6 +82,20 @@ def test_a_policy_object_without_act_batch_runs_on_one_worker(fake: pytest.Pytes
         summary = pytest_vlaeval.evaluate(Stateful(), "fake.yaml:short", episodes=2, workers=2, results="evals")
     assert summary.n_completed == 4
     assert {r["worker"] for r in episode_records(summary.run_dir).values()} == {"main"}
+
+
+def test_a_policy_object_run_resumes_and_reruns_under_its_own_identity(fake: pytest.Pytester) -> None:
+    model = Mending()
+    model.weight = 1.0
+    run = {"benchmark": "fake.yaml:short", "episodes": 2, "results": "evals", "run_name": "mending"}
+    half = pytest_vlaeval.evaluate(model, shard="1/2", **run)
+    assert half.partial and half.n_completed + half.n_errors == 2
+    whole = pytest_vlaeval.evaluate(model, resume=True, **run)  # served on another port than the first session
+    assert (whole.n_missing, whole.n_completed, whole.n_errors) == (0, 2, 2)
+    model.broken = False
+    mended = pytest_vlaeval.evaluate(model, rerun="errors", **run)
+    assert (mended.n_completed, mended.n_errors, mended.sr_split) == (4, 0, 1.0)
+    assert json.loads(RunDir(mended.run_dir).fingerprint.read_text())["policy"] == "test_api:Mending"
 
 
 def test_a_spec_string_and_a_served_class_give_the_same_results(fake: pytest.Pytester) -> None:

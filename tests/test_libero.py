@@ -22,6 +22,7 @@ from helpers import episode_records, read_json
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
 from pytest_vlaeval.episodes.runner import EpisodeRunner
+from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 pytestmark = pytest.mark.libero
@@ -177,7 +178,9 @@ def test_episode_alone_on_a_fresh_worker_replays_and_matches(
 def test_an_action_of_the_wrong_shape_is_an_episode_error_naming_it() -> None:
     benchmark, _ = resolve_benchmark("libero:spatial")
     runner = EpisodeRunner(
-        select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), "libero_reference:WrongShape", "auto"
+        select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1),
+        parse_policy("libero_reference:WrongShape"),
+        "auto",
     )
     try:
         record = runner.run(benchmark.task(TASKS[1]), 0, 0)
@@ -211,7 +214,7 @@ def test_video_of_a_libero_episode(tmp_path: Path) -> None:
 
     benchmark, _ = resolve_benchmark("libero:spatial")
     task = dataclasses.replace(benchmark.task(TASKS[1]), max_steps=STEPS)
-    runner = EpisodeRunner(select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), "zero", "auto")
+    runner = EpisodeRunner(select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), parse_policy("zero"), "auto")
     runner.video_mode, runner.video_dir = "all", tmp_path
     try:
         record = runner.run(task, 0, 0)

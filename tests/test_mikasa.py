@@ -16,6 +16,7 @@ from helpers import episode_records, read_json
 
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
+from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 pytestmark = pytest.mark.mikasa
@@ -99,7 +100,7 @@ def test_order_independence_serial_xdist_and_reversed(parallel, serial) -> None:
     assert by_serial == by_xdist
 
     benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(select(benchmark, "short", env_ids=list(TASKS), episodes=2), "random", "auto")
+    runner = EpisodeRunner(select(benchmark, "short", env_ids=list(TASKS), episodes=2), parse_policy("random"), "auto")
     reversed_records = {}
     try:
         for env_id in reversed(TASKS):
@@ -164,7 +165,9 @@ def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
 
     benchmark, _ = resolve_benchmark("mikasa:short")
     runner = EpisodeRunner(
-        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1), "spy_policies:Spy", "auto"
+        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1),
+        parse_policy("spy_policies:Spy"),
+        "auto",
     )
     try:
         record = runner.run(benchmark.task("RotateLenientPos-VLA-v0"), SEEDS[0], 0)
@@ -205,7 +208,7 @@ def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> 
 
     benchmark, _ = resolve_benchmark("mikasa:short")
     selection = select(benchmark, "short", env_ids=[TASKS[0]], episodes=1)
-    runner = EpisodeRunner(selection, "random", "auto", video=("all", tmp_path))
+    runner = EpisodeRunner(selection, parse_policy("random"), "auto", video=("all", tmp_path))
     try:
         record = runner.run(benchmark.task(TASKS[0]), SEEDS[0], 0)
     finally:

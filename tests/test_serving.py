@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 import socket
 import threading
 import time
@@ -34,13 +35,14 @@ from websockets.sync.client import ClientConnection, connect
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.policy.contract import episode_rng
+from pytest_vlaeval.policy.loading import parse_local_policy
 from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving import table as server_module
 from pytest_vlaeval.serving.client import RemotePolicy, RemoteTraceback
 from pytest_vlaeval.serving.connect import connect_policy
 from pytest_vlaeval.serving.launcher import ServerProcess, ServerStartError
 from pytest_vlaeval.serving.server import PolicyServer, ServerConfig
-from pytest_vlaeval.serving.url import TOKEN_ENV
+from pytest_vlaeval.serving.url import TOKEN_ENV, parse_remote_spec
 
 # openpi-client connects the way websockets 17 deprecates; that is its business, not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager:DeprecationWarning")
@@ -149,6 +151,28 @@ class PlainFaulty(Faulty):
     act_batch = None  # type: ignore[assignment]
 
 
+class Unconvertible:
+    """What a broken model returns: an array-like whose conversion itself raises."""
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise RuntimeError("weights on a device that is gone")
+
+
+class BadRowForOneTask(Faulty):
+    """Batched: a usable chunk for every row except the one asking for ``bad output``."""
+
+    def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> list[Any]:
+        Recorder.batches.append([e.id for e in episodes])
+        return [Unconvertible() if o["instruction"] == "bad output" else np.zeros((1, 7)) for o in observations]
+
+
+class PlainBadRowForOneTask(BadRowForOneTask):
+    act_batch = None  # type: ignore[assignment]
+
+    def act(self, obs: dict[str, Any]) -> Any:
+        return Unconvertible() if obs["instruction"] == "bad output" else np.zeros(7)
+
+
 def slow_loading_policy() -> RandomPolicy:
     Recorder.release.wait(WAIT_S)
     return RandomPolicy()
@@ -164,7 +188,7 @@ class ThreadServer:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.server = PolicyServer(spec, ServerConfig(port=config.pop("port", 0), **config))
+        self.server = PolicyServer(parse_local_policy(spec), ServerConfig(port=config.pop("port", 0), **config))
         self.call(self.server.start())
         self.url = self.server.url
         if load:
@@ -217,7 +241,7 @@ def episode(seed: int, task: str = "Task-v0") -> EpisodeInfo:
 
 def client(url: str, action_dim: int = 7, **options: float) -> RemotePolicy:
     query = "&".join(f"{k}={v}" for k, v in {"timeout": WAIT_S, "connect_timeout": 5, **options}.items())
-    policy = connect_policy(f"{url}?{query}", action_dim)
+    policy = connect_policy(parse_remote_spec(f"{url}?{query}"), action_dim)
     assert isinstance(policy, RemotePolicy)
     return policy
 
@@ -400,6 +424,24 @@ def test_a_policy_without_act_batch_fails_only_the_faulty_request(start_server) 
     failed, served = in_threads(2, run)
     assert str(failed) == "served policy.act raised RuntimeError: poisoned observation"
     assert isinstance(served, np.ndarray)
+
+
+@pytest.mark.parametrize("spec", ["test_serving:BadRowForOneTask", "test_serving:PlainBadRowForOneTask"])
+def test_an_unusable_row_fails_only_its_own_episode_blamed_on_the_policy(start_server, spec: str) -> None:
+    server = start_server(spec, max_batch_size=2, max_wait_ms=10_000)
+    policies = [client(server.url) for _ in range(2)]
+    together = threading.Barrier(2)
+
+    def run(i: int) -> Exception | np.ndarray:
+        policies[i].reset(episode(i))
+        together.wait(WAIT_S)
+        return _outcome(policies[i], marker_obs(i, "bad output" if i == 0 else "ok"))
+
+    bad, good = in_threads(2, run)
+    assert server.stats()["batch_sizes"] == {"2": 1}, "both rows shared one batch"
+    assert isinstance(bad, PolicyError) and "server fault" not in str(bad), bad
+    assert "weights on a device that is gone" in str(bad)
+    assert isinstance(good, np.ndarray) and good.shape == (1, 7)
 
 
 def test_garbage_frames_get_error_replies_and_the_connection_keeps_serving(start_server) -> None:
@@ -699,8 +741,10 @@ def openpi_server() -> Iterator[MiniOpenpiServer]:
 
 def test_our_openpi_client_against_an_openpi_style_server(openpi_server: MiniOpenpiServer) -> None:
     with pytest.raises(PolicyError, match=r"does not say how many actions to execute per inference; add \?chunk_size"):
-        connect_policy(f"openpi://127.0.0.1:{openpi_server.port}", 7)
-    policy = connect_policy(f"openpi://127.0.0.1:{openpi_server.port}?chunk_size=4&timeout={WAIT_S}", 7)
+        connect_policy(parse_remote_spec(f"openpi://127.0.0.1:{openpi_server.port}"), 7)
+    policy = connect_policy(
+        parse_remote_spec(f"openpi://127.0.0.1:{openpi_server.port}?chunk_size=4&timeout={WAIT_S}"), 7
+    )
     assert (policy.chunk_size, policy.name) == (4, "openpi")
     policy.reset(episode(1))
     obs = marker_obs(3, "pick the cube")
@@ -742,3 +786,37 @@ def test_the_serve_command_starts_serves_and_stops(tmp_path: Path, monkeypatch: 
     broken = ServerProcess("no_such_module:make", tmp_path / "broken.log")
     with pytest.raises(ServerStartError, match=r"exited with status 1: .*cannot load policy no_such_module:make"):
         broken.start(timeout_s=WAIT_S * 2)
+
+
+def test_connections_past_the_cap_are_refused_and_repeated_log_lines_are_held_back(tmp_path: Path) -> None:
+    process = ServerProcess("zero", tmp_path / "server.log", args=["--max-connections", "4"])
+    url = process.start(timeout_s=WAIT_S * 2)
+    assert process.proc is not None
+    resource.prlimit(process.proc.pid, resource.RLIMIT_NOFILE, (48, 48))  # fewer than the clients below
+    clients = [connect(url, compression=None, proxy=None) for _ in range(60)]
+    try:
+        closes = []
+        for ws in clients:
+            try:
+                ws.recv(WAIT_S)
+            except ConnectionClosed as exc:
+                closes.append(exc.rcvd)
+        assert len(closes) == 56, "all but four were refused"
+        assert {(c.code, c.reason) for c in closes if c is not None} == {
+            (1013, "the server holds its maximum of 4 connections (--max-connections)")
+        }
+        assert process.health()["status"] == "ok"
+        for ws in clients:
+            ws.close()
+        policy = client(url)  # the slots came back
+        policy.reset(episode(1))
+        assert policy.act(marker_obs(1)).shape == (1, 7)
+        policy.close()
+    finally:
+        for ws in clients:
+            ws.close()
+        assert process.stop() == 0
+    log = (tmp_path / "server.log").read_text()
+    assert log.count("WARNING refused a connection from") == 1, log
+    assert "55 more lines like 'refused a connection from %s: %d connections are open'" in log
+    assert len(log.splitlines()) < 20, log

@@ -109,3 +109,12 @@ def test_a_server_refuses_to_proxy_another_server(address: str, capsys: pytest.C
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"--policy {address!r} is a policy server's address" in err
+
+
+def test_a_remote_spec_names_the_run_by_its_identity_option_else_by_itself() -> None:
+    assert parse_remote_spec("ws://127.0.0.1:8000?timeout=5").identity == "ws://127.0.0.1:8000?timeout=5"
+    spec = parse_remote_spec("openpi://gpu-box:9000?identity=mymodel-v3&chunk_size=4")
+    assert (spec.identity, spec.chunk_size, spec.url) == ("mymodel-v3", 4, "ws://gpu-box:9000")
+    assert parse_remote_spec("ws://127.0.0.1:8001?identity=mymodel-v3").identity == spec.identity
+    with pytest.raises(SpecError, match="option identity must not be empty"):
+        parse_remote_spec("ws://host:1?identity=")

@@ -13,9 +13,12 @@ import pytest
 from helpers import assert_one_line_usage_error, episode_records
 
 from pytest_vlaeval.episodes.runner import EpisodeRunner
+from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 SERVED = '''
+import os
+import signal
 import sys
 
 import numpy as np
@@ -41,6 +44,30 @@ class Noisy:
 class Broken(Noisy):
     def act_batch(self, episodes, observations):
         raise ValueError("broken weights")
+
+
+class Unconvertible:
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("weights on a device that is gone")
+
+
+class BadForBetaBesideAlpha(Noisy):
+    """An unusable output for Beta's row whenever it shares a batch with Alpha's, usable chunks otherwise."""
+
+    def act_batch(self, episodes, observations):
+        mixed = len({e.info.task for e in episodes}) > 1
+        return [
+            Unconvertible() if mixed and e.info.task == "Beta-v0" else e.rng.uniform(0, 0.7, (2, 7)) for e in episodes
+        ]
+
+
+class FreezesOnBeta(Noisy):
+    """Stops its own server process (SIGSTOP) when Beta's first request reaches it."""
+
+    def act_batch(self, episodes, observations):
+        if any(e.info.task == "Beta-v0" for e in episodes):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().act_batch(episodes, observations)
 
 
 class Light(Noisy):
@@ -95,6 +122,34 @@ def test_a_policy_fault_on_the_server_is_an_episode_error(fake: pytest.Pytester)
     for record in episode_records(only_run_dir(fake.path / "results")).values():
         assert record["message"] == "served policy.act_batch raised ValueError: broken weights"
         assert record["error_kind"] == "policy" and "ValueError: broken weights" in record["detail"]
+
+
+def test_a_bad_row_under_vla_serve_fails_only_its_own_episodes_as_policy_errors(fake: pytest.Pytester) -> None:
+    fake.makepyfile(served=SERVED)
+    result = fake.runpytest_subprocess(*FAKE, "--vla-serve=served:BadForBetaBesideAlpha", "-n", "2", "--episodes=8")
+    records = episode_records(only_run_dir(fake.path / "results"))
+    alpha = [r for (task, _), r in records.items() if task == "Alpha-v0"]
+    beta_errors = [r for (task, _), r in records.items() if task == "Beta-v0" and r["outcome"] == "error"]
+    assert len(records) == 16 and {r["worker"] for r in records.values()} == {"gw0", "gw1"}, result.stdout.str()
+    assert beta_errors, "no batch held both tasks' rows: nothing was tested"
+    assert all(r["error_kind"] == "policy" and "device that is gone" in r["message"] for r in beta_errors)
+    assert [r["message"] for r in alpha if r["outcome"] == "error"] == [], "Alpha's valid rows were answered"
+    assert "batch of" not in (only_run_dir(fake.path / "results") / "server.log").read_text()
+
+
+def test_a_stopped_server_is_said_once_and_its_episodes_fail_at_once_without_tracebacks(
+    fake: pytest.Pytester,
+) -> None:
+    fake.makepyfile(served=SERVED)
+    result = fake.runpytest_subprocess(*FAKE, "--vla-serve=served:FreezesOnBeta", "--episodes=2")
+    output = result.stdout.str() + result.stderr.str()
+    records = episode_records(only_run_dir(fake.path / "results"))
+    assert [records[("Alpha-v0", seed)]["outcome"] != "error" for seed in (100, 101)] == [True, True]
+    for seed in (100, 101):
+        beta = records[("Beta-v0", seed)]
+        assert beta["error_kind"] == "server" and "is stopped (SIGSTOP or a debugger)" in beta["message"], beta
+    assert output.count("stopped answering (its process is stopped: SIGSTOP or a debugger)") == 1, output
+    assert "keepalive" not in output and "Traceback" not in output, output
 
 
 def test_an_unreachable_server_makes_every_episode_an_error(fake: pytest.Pytester) -> None:
@@ -157,7 +212,7 @@ def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: P
     assert summary["n_completed"] == 2 and summary["n_errors"] == 0
 
     benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), "random", "auto")
+    runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), parse_policy("random"), "auto")
     try:
         records = [runner.run(benchmark.task(task), seed, index) for index, seed in enumerate(seeds)]
     finally:

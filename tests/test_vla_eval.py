@@ -26,7 +26,7 @@ from vla_eval.model_servers.serve import serve_async
 from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo
-from pytest_vlaeval.policy.loading import build_policy
+from pytest_vlaeval.policy.loading import build_policy, parse_local_policy, parse_policy
 from pytest_vlaeval.serving.server import ServerConfig
 from pytest_vlaeval.serving.thread import ServerThread
 from pytest_vlaeval.serving.vla_eval_protocol import from_wire_observation
@@ -144,7 +144,7 @@ def test_client_executes_the_same_actions_as_the_in_process_policy(hosted, split
     server, spec = hosted(split_chunks)
     seeds = [3, 39, 3]
     local = executed(EpisodeMemory(), seeds)
-    remote_policy = build_policy(spec, 7, "fake")
+    remote_policy = build_policy(parse_policy(spec), 7, "fake")
     remote = executed(remote_policy, seeds)
     for (local_actions, local_result), (remote_actions, remote_result) in zip(local, remote, strict=True):
         np.testing.assert_array_equal(remote_actions, local_actions)
@@ -193,7 +193,7 @@ def test_an_error_frame_and_a_dead_server_are_episode_errors() -> None:
 
     with start_blocking_portal() as portal:
         future, port = portal.start_task(serve_async, Exploding(), "127.0.0.1", 0)
-        policy = build_policy(f"vla-eval://127.0.0.1:{port}?{OPTIONS}", 7)
+        policy = build_policy(parse_policy(f"vla-eval://127.0.0.1:{port}?{OPTIONS}"), 7)
         with pytest.raises(PolicyError, match="served observation_failed: ValueError: broken weights"):
             executed(policy, [1])
         future.cancel()
@@ -202,7 +202,7 @@ def test_an_error_frame_and_a_dead_server_are_episode_errors() -> None:
     with pytest.raises(
         ServerError, match=r"cannot reach the policy server at ws://127.0.0.1:\d+ \(kept trying for 0.3 s\)"
     ):
-        build_policy(f"vla-eval://127.0.0.1:{port}?connect_timeout=0.3", 7)
+        build_policy(parse_policy(f"vla-eval://127.0.0.1:{port}?connect_timeout=0.3"), 7)
 
 
 class RefusesSeed13(HostedPolicy):
@@ -215,7 +215,7 @@ class RefusesSeed13(HostedPolicy):
 def test_a_failed_episode_start_errors_only_its_own_episode() -> None:
     with start_blocking_portal() as portal:
         future, port = portal.start_task(serve_async, RefusesSeed13(EpisodeMemory, False), "127.0.0.1", 0)
-        policy = build_policy(f"vla-eval://127.0.0.1:{port}?{OPTIONS}", 7)
+        policy = build_policy(parse_policy(f"vla-eval://127.0.0.1:{port}?{OPTIONS}"), 7)
         with pytest.raises(PolicyError, match="served episode_start_failed: RuntimeError: no weights for seed 13"):
             executed(policy, [13])
         ((actions, _),) = executed(policy, [3])
@@ -226,10 +226,10 @@ def test_a_failed_episode_start_errors_only_its_own_episode() -> None:
 
 def test_our_ws_server_is_not_mistaken_for_a_vla_eval_server() -> None:
     with (
-        ServerThread("spy_policies:EpisodeMemory", ServerConfig(port=0)) as url,
+        ServerThread(parse_local_policy("spy_policies:EpisodeMemory"), ServerConfig(port=0)) as url,
         pytest.raises(ServerError, match=r"is not a vla-eval model server .*; for a vlaeval server use ws://"),
     ):
-        build_policy(url.replace("ws://", "vla-eval://") + "?connect_timeout=5", 7)
+        build_policy(parse_policy(url.replace("ws://", "vla-eval://") + "?connect_timeout=5"), 7)
 
 
 # -- our server, driven by vla-eval's own client -----------------------------------------------
@@ -277,7 +277,7 @@ async def harness_episodes(url: str, seeds: list[int], steps: int) -> list[list[
 
 def test_vla_evals_client_gets_the_in_process_actions_with_concurrent_episodes() -> None:
     config = ServerConfig(port=0, protocol="vla-eval", max_batch_size=8, max_wait_ms=20)
-    thread = ServerThread("spy_policies:EpisodeMemory", config)
+    thread = ServerThread(parse_local_policy("spy_policies:EpisodeMemory"), config)
     shards = {0: [11, 12], 1: [13, 11], 2: [14, 15], 3: [16, 17]}  # seed 11 twice: state is reset per episode
     results: dict[int, list[list[np.ndarray]]] = {}
 
@@ -302,7 +302,7 @@ def test_vla_evals_client_gets_the_in_process_actions_with_concurrent_episodes()
 
 def test_vla_evals_client_with_a_token_and_a_failing_policy() -> None:
     config = ServerConfig(port=0, protocol="vla-eval", token="s3cret")
-    with ServerThread("spy_policies:EpisodeMemory", config) as url:
+    with ServerThread(parse_local_policy("spy_policies:EpisodeMemory"), config) as url:
         with pytest.raises(ConnectionError, match="unreachable"):
             anyio.run(harness_episodes, url, [1], 1)
         (actions,) = anyio.run(harness_episodes, f"{url}/?token=s3cret", [1], 3)
@@ -313,7 +313,9 @@ def test_vla_evals_client_with_a_token_and_a_failing_policy() -> None:
             await conn.act(harness_observation(0, 0))
 
     with (
-        ServerThread("spy_policies:EpisodeMemory", ServerConfig(port=0, protocol="vla-eval")) as url,
+        ServerThread(
+            parse_local_policy("spy_policies:EpisodeMemory"), ServerConfig(port=0, protocol="vla-eval")
+        ) as url,
         pytest.raises(RuntimeError, match="observation_failed: no episode_start on this connection"),
     ):
         anyio.run(observation_without_episode, url)

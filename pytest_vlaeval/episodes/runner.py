@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.envs import assets
 from pytest_vlaeval.episodes.deadline import deadline
@@ -23,18 +23,22 @@ from pytest_vlaeval.policy.loading import build_policy
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, error_record, outcome_message, timestamp
 from pytest_vlaeval.spec import Selection, Task
 
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import PolicySpec
+
 
 class EpisodeRunner:
     def __init__(
         self,
         selection: Selection,
-        policy_spec: str,
+        policy: PolicySpec,
         render_request: str,
         timeout: float | None = None,
         video: tuple[str, Path] = ("none", Path("videos")),
     ) -> None:
         self.selection = selection
-        self.policy_spec = policy_spec
+        self.policy_spec = policy
+        """The policy this process builds, or the server it connects to (``--vla-serve``'s own on workers)."""
         self.render_request = render_request
         self.timeout = timeout
         self.video_mode, self.video_dir = video
@@ -54,7 +58,7 @@ class EpisodeRunner:
             # Under xdist a stuck worker can be replaced, so the watchdog may end the process.
             with deadline(self.timeout, f"{task.env_id} seed {seed}", hard=self.worker != "main"):
                 policy = self.policy()  # built under the limit too: a factory may hang
-                fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec))
+                fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec.text))
                 builds = self.env_builds
                 env = self.env_for(task)
                 fields["env_built"] = self.env_builds > builds

@@ -1,75 +1,119 @@
-"""How a ``--policy`` spec becomes a policy: a built-in name, ``module:attr``, or a server's address.
+"""A ``--policy`` spec, parsed once into a typed value, and the policy it names.
 
-A local policy (built-in or ``module:attr``) is built here; an address is handed to ``serving``,
-which is imported only then. A server builds local policies only: it never proxies another server.
+The text is parsed here and nowhere else: a built-in name, a local ``module:attr``, or a
+server's address (``serving.url``, imported only then). A local policy is built here; an
+address is handed to ``serving``. A server builds local policies only: it never proxies another
+server.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.errors import EpisodeError, PolicyError, SpecError
 from pytest_vlaeval.importing import load_reference, split_reference
 from pytest_vlaeval.policy.builtins import BUILTIN_POLICIES
 from pytest_vlaeval.policy.contract import Policy, checked_policy
 
-
-def is_remote(spec: str) -> bool:
-    """Whether ``spec`` names a policy server (``ws://``, ``openpi://`` or ``vla-eval://HOST:PORT``)."""
-    return "://" in spec
+if TYPE_CHECKING:
+    from pytest_vlaeval.serving.url import RemoteSpec
 
 
-def local_reference(spec: str) -> tuple[str, str] | None:
-    """``(module, attr)`` of a ``module:attr`` spec, None for a built-in; ``SpecError`` for anything else."""
-    if spec in BUILTIN_POLICIES:
-        return None
-    if is_remote(spec):
+@dataclass(frozen=True)
+class BuiltinPolicy:
+    """One of ``BUILTIN_POLICIES``, made with the benchmark's action dimension."""
+
+    name: str
+
+    @property
+    def text(self) -> str:
+        return self.name
+
+    @property
+    def identity(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class LocalPolicy:
+    """``module:attr``: a class or zero-argument factory in an importable module."""
+
+    module: str
+    attr: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.module}:{self.attr}"
+
+    @property
+    def identity(self) -> str:
+        return self.text
+
+
+if TYPE_CHECKING:
+    PolicySpec = BuiltinPolicy | LocalPolicy | RemoteSpec
+    """Each has ``text`` (as given) and ``identity`` (what the run's fingerprint and name record)."""
+
+
+def parse_policy(text: str) -> PolicySpec:
+    """The typed value of a ``--policy`` spec; ``SpecError`` saying what is wrong."""
+    if "://" in text:
+        from pytest_vlaeval.serving.url import parse_remote_spec
+
+        return parse_remote_spec(text)
+    return parse_local_policy(text)
+
+
+def parse_local_policy(text: str) -> BuiltinPolicy | LocalPolicy:
+    """A spec a server can serve: a built-in or ``module:attr``, never another server's address."""
+    if text in BUILTIN_POLICIES:
+        return BuiltinPolicy(text)
+    if "://" in text:
         raise SpecError(
-            f"--policy {spec!r} is a policy server's address; a server serves a local policy: "
+            f"--policy {text!r} is a policy server's address; a server serves a local policy: "
             f"module:attr or one of {', '.join(BUILTIN_POLICIES)}"
         )
-    reference = split_reference(spec)
+    reference = split_reference(text)
     if reference is None:
-        raise SpecError(f"--policy {spec!r}: expected module:attr or one of {', '.join(BUILTIN_POLICIES)}")
-    return reference
+        raise SpecError(f"--policy {text!r}: expected module:attr or one of {', '.join(BUILTIN_POLICIES)}")
+    return LocalPolicy(*reference)
 
 
-def resolve_policy_factory(spec: str) -> Any:
-    """Find the class or factory a local ``--policy`` spec names (imports the user's module)."""
-    reference = local_reference(spec)
-    if reference is None:
-        return BUILTIN_POLICIES[spec]
-    module_name, attr = reference
+def resolve_policy_factory(spec: BuiltinPolicy | LocalPolicy) -> Any:
+    """Find the class or factory a local spec names (imports the user's module)."""
+    if isinstance(spec, BuiltinPolicy):
+        return BUILTIN_POLICIES[spec.name]
     try:
-        factory = load_reference(module_name, attr)
+        factory = load_reference(spec.module, spec.attr)
     except ImportError as exc:
-        raise SpecError(f"--policy {spec!r}: cannot import {module_name!r}: {exc}") from None
+        raise SpecError(f"--policy {spec.text!r}: cannot import {spec.module!r}: {exc}") from None
     except AttributeError:
-        raise SpecError(f"--policy {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+        raise SpecError(f"--policy {spec.text!r}: module {spec.module!r} has no attribute {spec.attr!r}") from None
     if not callable(factory):
-        raise SpecError(f"--policy {spec!r}: {attr!r} is not a class or factory")
+        raise SpecError(f"--policy {spec.text!r}: {spec.attr!r} is not a class or factory")
     return factory
 
 
-def local_policy(spec: str, action_dim: int) -> Policy:
+def local_policy(spec: BuiltinPolicy | LocalPolicy, action_dim: int) -> Policy:
     """Instantiate the local policy a spec names and check it honours the contract."""
     try:
         factory = resolve_policy_factory(spec)
     except SpecError as exc:  # in a worker, a policy that cannot be found fails its episodes
         raise PolicyError(str(exc)) from None
     try:
-        policy = factory(action_dim) if spec in BUILTIN_POLICIES else factory()
+        policy = factory(action_dim) if isinstance(spec, BuiltinPolicy) else factory()
     except EpisodeError:
         raise  # the episode's deadline (or a server fault) interrupted it: not the factory's own fault
     except Exception as exc:
-        raise PolicyError(f"policy factory {spec!r} raised {type(exc).__name__}: {exc}") from exc
-    return checked_policy(policy, spec)
+        raise PolicyError(f"policy factory {spec.text!r} raised {type(exc).__name__}: {exc}") from exc
+    return checked_policy(policy, spec.text)
 
 
-def build_policy(spec: str, action_dim: int, benchmark: str = "") -> Policy:
-    """The policy a ``--policy`` spec names: a local one, or a client of the server it addresses."""
-    if is_remote(spec):
-        from pytest_vlaeval.serving.connect import connect_policy
+def build_policy(spec: PolicySpec, action_dim: int, benchmark: str = "") -> Policy:
+    """The policy a spec names: a local one, or a client of the server it addresses."""
+    if isinstance(spec, (BuiltinPolicy, LocalPolicy)):
+        return local_policy(spec, action_dim)
+    from pytest_vlaeval.serving.connect import connect_policy
 
-        return connect_policy(spec, action_dim, benchmark)
-    return local_policy(spec, action_dim)
+    return connect_policy(spec, action_dim, benchmark)

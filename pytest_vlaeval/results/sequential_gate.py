@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_vlaeval.context import SequentialSettings
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.gate import load_baseline, outcomes_by_task
 from pytest_vlaeval.results.record import EpisodeRecord
@@ -37,19 +38,6 @@ DEFAULT_ALPHA = 0.05
 DEFAULT_BLOCK = 5
 DEFAULT_UNDECIDED_EXIT = 7
 """Exit status when the budget ran out before the verdict was settled (pytest uses 0-5, the gate 6)."""
-
-
-@dataclass(frozen=True)
-class SequentialSettings:
-    alpha: float
-    block: int
-    """Seeds per block: a look is taken after every task has run a block."""
-    undecided_exit: int
-    min_sr: float | None = None
-    """One-sample mode: is the split SR above this? Otherwise the drop against the baseline."""
-
-    def block_of(self, seed_index: int) -> int:
-        return seed_index // self.block
 
 
 def settings(

@@ -12,6 +12,7 @@ never a failure.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -25,8 +26,18 @@ from websockets.sync.client import ClientConnection, connect
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy.contract import EpisodeInfo, to_numpy
 from pytest_vlaeval.serving import protocol
+from pytest_vlaeval.serving.process import running, stopped
 from pytest_vlaeval.serving.url import TOKEN_ENV, RemoteSpec
 from pytest_vlaeval.version import __version__
+
+WIRE_LOG = logging.getLogger("pytest_vlaeval.serving.wire")
+"""The websockets client's own logger: silent, so a lost connection is one episode error, not
+a traceback from its keepalive thread in the session's output."""
+WIRE_LOG.addHandler(logging.NullHandler())
+WIRE_LOG.propagate = False
+
+STOPPED_CHECK_S = 2.0
+"""While a reply is awaited, how often a server whose process is known is checked for being stopped."""
 
 MAX_REPLY_BYTES = 16 * 2**20
 BACKOFF_S = (0.05, 2.0)
@@ -57,6 +68,7 @@ class Link:
         deadline = time.monotonic() + self.remote.connect_timeout_s
         pause = BACKOFF_S[0]
         while True:
+            self._check_not_stopped()
             remaining = deadline - time.monotonic()
             try:
                 connection = connect(
@@ -67,6 +79,7 @@ class Link:
                     proxy=None,
                     additional_headers=self._headers,
                     user_agent_header=f"pytest-vlaeval/{__version__}",
+                    logger=WIRE_LOG,
                 )
                 ws = connection.__enter__()  # it outlives this call: close() exits it
                 try:
@@ -87,7 +100,7 @@ class Link:
             except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             pid = self.remote.server_pid
-            if pid is not None and not _running(pid):
+            if pid is not None and not running(pid):
                 raise ServerError(f"the policy server at {url} (process {pid}) is no longer running: {reason}")
             if time.monotonic() + pause > deadline:
                 raise ServerError(
@@ -110,14 +123,30 @@ class Link:
         """Send one frame and wait for one reply; any failure drops the connection."""
         self.send(frame)
         assert self._ws is not None
-        try:
-            return self._ws.recv(timeout=timeout_s)
-        except TimeoutError:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return self._ws.recv(timeout=min(remaining, STOPPED_CHECK_S) if self.remote.server_pid else remaining)
+            except TimeoutError:
+                if time.monotonic() < deadline:
+                    self._check_not_stopped()
+                    continue
+                self.close()
+                raise ServerError(f"no reply from {self.remote.url} within {timeout_s:g} s") from None
+            except ConnectionClosed as exc:
+                self.close()
+                raise ServerError(f"lost the connection to {self.remote.url}: {exc}") from None
+
+    def _check_not_stopped(self) -> None:
+        """Fail at once when the server's process is stopped: nothing will answer until it continues."""
+        pid = self.remote.server_pid
+        if pid is not None and stopped(pid):
             self.close()
-            raise ServerError(f"no reply from {self.remote.url} within {timeout_s:g} s") from None
-        except ConnectionClosed as exc:
-            self.close()
-            raise ServerError(f"lost the connection to {self.remote.url}: {exc}") from None
+            raise ServerError(
+                f"the policy server at {self.remote.url} (process {pid}) is stopped (SIGSTOP or a debugger) "
+                "and answers nothing until it continues"
+            )
 
     def close(self) -> None:
         ws, self._ws = self._ws, None
@@ -125,24 +154,16 @@ class Link:
             ws.close()
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    return True
-
-
 class _RemoteBase:
     """What both protocols share: a link closed with the process, numpy observations."""
 
     chunk_size: int
 
-    def __init__(self, remote: RemoteSpec, action_dim: int, auth_scheme: str) -> None:
+    def __init__(self, remote: RemoteSpec, action_dim: int, auth_scheme: str, benchmark: str) -> None:
         self.remote = remote
         self.action_dim = action_dim
+        self.benchmark = benchmark
+        """The benchmark its episodes come from, for protocols that name it to the server."""
         self.link = Link(remote, auth_scheme)
         weakref.finalize(self, self.link.close)  # a clean close frame, also at interpreter exit
 
@@ -158,8 +179,8 @@ class _RemoteBase:
 class RemotePolicy(_RemoteBase):
     """A policy served over this package's protocol, one server-side episode per ``reset``."""
 
-    def __init__(self, remote: RemoteSpec, action_dim: int) -> None:
-        super().__init__(remote, action_dim, "Bearer")
+    def __init__(self, remote: RemoteSpec, action_dim: int, benchmark: str = "") -> None:
+        super().__init__(remote, action_dim, "Bearer", benchmark)
         self._episode: str | None = None
         self._step = 0
         self.metadata = self._connect()
@@ -257,8 +278,8 @@ class OpenpiPolicy(_RemoteBase):
     """A policy behind an openpi server. That protocol has no episode boundary: the server sees
     a stream of observations, so only stateless policies are evaluated correctly this way."""
 
-    def __init__(self, remote: RemoteSpec, action_dim: int) -> None:
-        super().__init__(remote, action_dim, "Api-Key")
+    def __init__(self, remote: RemoteSpec, action_dim: int, benchmark: str = "") -> None:
+        super().__init__(remote, action_dim, "Api-Key", benchmark)
         self.metadata = self._connect()
         chunk_size = remote.chunk_size or self.metadata.get("chunk_size")
         if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:

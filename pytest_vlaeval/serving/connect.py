@@ -1,18 +1,13 @@
-"""A policy server's address (``ws://``, ``openpi://``, ``vla-eval://HOST:PORT``) to a connected
-policy: one client module per wire protocol, chosen here by scheme."""
+"""A server's address to a connected policy: the client its scheme's transport names."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pytest_vlaeval.serving.client import OpenpiPolicy, RemotePolicy
-from pytest_vlaeval.serving.url import parse_remote_spec
-from pytest_vlaeval.serving.vla_eval_client import VlaEvalPolicy
+from pytest_vlaeval.serving.transports import BY_SCHEME
+from pytest_vlaeval.serving.url import RemoteSpec
 
 
-def connect_policy(spec: str, action_dim: int, benchmark: str = "") -> Any:
-    """The policy behind a ``ws://``, ``openpi://`` or ``vla-eval://`` spec, connected and checked."""
-    remote = parse_remote_spec(spec)
-    if remote.scheme == "vla-eval":
-        return VlaEvalPolicy(remote, action_dim, benchmark)
-    return (RemotePolicy if remote.scheme == "ws" else OpenpiPolicy)(remote, action_dim)
+def connect_policy(remote: RemoteSpec, action_dim: int, benchmark: str = "") -> Any:
+    """The policy behind a server's address, connected and checked."""
+    return BY_SCHEME[remote.scheme].client_class()(remote, action_dim, benchmark)

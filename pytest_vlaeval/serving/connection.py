@@ -17,9 +17,6 @@ from websockets.exceptions import ConnectionClosed
 
 from pytest_vlaeval.serving.engine import Outcome, ServedEpisode
 
-PROTOCOLS = ("vlaeval", "openpi", "vla-eval")
-"""Wire protocols a server speaks (``--protocol``)."""
-
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -29,6 +26,7 @@ class ServerConfig:
     max_batch_size: int = 16
     max_wait_ms: float = 5.0
     max_episodes: int = 64
+    max_connections: int = 256
     admission_timeout_s: float = 300.0
     idle_timeout_s: float = 900.0
     max_message_bytes: int = 8 * 2**20

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from pytest_vlaeval.policy.contract import (
     to_numpy,
 )
 from pytest_vlaeval.policy.loading import local_policy
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -47,14 +50,16 @@ Outcome = np.ndarray | PolicyError
 
 
 class PolicyEngine:
-    def __init__(self, spec: str, action_dim: int, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, spec: BuiltinPolicy | LocalPolicy, action_dim: int, factory: Callable[[], Any] | None = None
+    ) -> None:
         self.spec = spec
         self.action_dim = action_dim
         self.factory = factory
         self.policy = self._build()
         self.batched = callable(getattr(self.policy, "act_batch", None))
         self.chunk_size: int = self.policy.chunk_size
-        self.model = describe_policy(self.policy, spec)
+        self.model = describe_policy(self.policy, spec.text)
         self._idle: list[Policy] = [] if self.batched else [self.policy]
         self._instances: dict[str, Policy] = {}
 
@@ -96,17 +101,26 @@ class PolicyEngine:
     def _build(self) -> Policy:
         if self.factory is None:
             return local_policy(self.spec, self.action_dim)
-        return checked_policy(_call(self.factory, "factory"), self.spec)
+        return checked_policy(_call(self.factory, "factory"), self.spec.text)
 
     def _outcome(self, fn: Any, name: str, arg: Any) -> Outcome:
+        """One row's chunk or error: whatever its output does while being checked stays on its own row."""
         try:
-            return as_action_chunk(_call(fn, name, arg), self.action_dim, self.chunk_size)
+            output = _call(fn, name, arg)
+            return as_action_chunk(output, self.action_dim, self.chunk_size)
         except PolicyError as exc:
             return exc
+        except Exception as exc:
+            error = PolicyError(f"policy.{name} returned {type(output).__name__} that cannot be used: {exc}")
+            error.__cause__ = exc
+            return error
 
     @staticmethod
     def _rows(output: Any, count: int) -> Sequence[Any]:
-        output = to_numpy(output)
+        try:
+            output = to_numpy(output)
+        except Exception as exc:
+            raise PolicyError(f"act_batch returned {type(output).__name__} that cannot be used: {exc}") from exc
         try:
             rows = len(output)
         except TypeError:

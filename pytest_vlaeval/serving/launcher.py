@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -19,11 +20,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_vlaeval.episodes.collect import RECORD_ATTR
+from pytest_vlaeval.serving.process import stopped
 from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV, served_url
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -73,9 +79,9 @@ class ServerProcess:
                     raise self._failure(f"the policy was not loaded within {timeout_s:g} s") from None
                 time.sleep(0.1)
 
-    def health(self) -> dict[str, Any]:
+    def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """The server's ``/healthz`` counters; raises ``URLError`` (HTTP 503) while it loads."""
-        with _NO_PROXY.open(self.health_url, timeout=5) as response:
+        with _NO_PROXY.open(self.health_url, timeout=timeout_s) as response:
             return json.loads(response.read())
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
@@ -84,6 +90,8 @@ class ServerProcess:
         if proc is None:
             return None
         if proc.poll() is None:
+            if stopped(proc.pid):
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped server cannot read the end of its input
             assert proc.stdin is not None
             proc.stdin.close()
             try:
@@ -122,14 +130,14 @@ class ServerProcess:
         return ServerStartError(f"{what}: {errors[-1] if errors else 'no log output'} (log: {self.log_path})")
 
 
-def serve_session(config: pytest.Config, spec: str, log_path: Path) -> str:
+def serve_session(config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, log_path: Path) -> str:
     """Start the session's server with a fresh token, stopped when the session ends; returns its address.
 
     The token travels in the environment, which the server and the xdist workers inherit.
     """
     previous = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = secrets.token_urlsafe(24)
-    server = ServerProcess(spec, log_path)
+    server = ServerProcess(policy.text, log_path)
 
     def stop() -> None:
         server.stop()
@@ -142,7 +150,7 @@ def serve_session(config: pytest.Config, spec: str, log_path: Path) -> str:
     try:
         server.start()
     except ServerStartError as exc:
-        raise pytest.UsageError(f"--vla-serve {spec}: {exc}") from None
+        raise pytest.UsageError(f"--vla-serve {policy.text}: {exc}") from None
     assert server.proc is not None
     session_server = _SessionServer(served_url(server.url, server.proc.pid), server, config)
     config.pluginmanager.register(session_server, "vlaeval-served-url")
@@ -151,9 +159,12 @@ def serve_session(config: pytest.Config, spec: str, log_path: Path) -> str:
 
 class _SessionServer:
     """Hands the server's address to each xdist worker as it starts, and says once, as soon as a
-    result shows it, that the server died (its episodes then fail fast: see ``server_pid``)."""
+    result shows it, that the server died or stopped answering (its episodes then fail fast: see
+    ``server_pid``)."""
 
     LOG_TAIL = 5
+    HEALTH_WAIT_S = 2.0
+    """How long a server suspected of not answering gets to answer ``/healthz``."""
 
     def __init__(self, url: str, server: ServerProcess, config: pytest.Config) -> None:
         self.url = url
@@ -167,15 +178,39 @@ class _SessionServer:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         proc = self.server.proc
-        if self.announced or proc is None or proc.poll() is None:
+        if self.announced or proc is None:
             return
+        if proc.poll() is not None:
+            self._announce(
+                f"vlaeval: the policy server (process {proc.pid}) exited with status {proc.returncode} during the "
+                f"session; its remaining episodes fail as errors. Last lines of {self.server.log_path}:",
+                *(f"    {line}" for line in self.server.log_tail(self.LOG_TAIL) or ["(empty)"]),
+            )
+        elif self._blames_the_server(report) and (why := self._not_answering()):
+            self._announce(
+                f"vlaeval: the policy server (process {proc.pid}) stopped answering ({why}); "
+                "its episodes fail as server errors until it answers again"
+            )
+
+    @staticmethod
+    def _blames_the_server(report: pytest.TestReport) -> bool:
+        attempts = getattr(report, RECORD_ATTR, None) or []
+        return any(attempt.get("error_kind") == "server" for attempt in attempts)
+
+    def _not_answering(self) -> str | None:
+        """Why the running server does not answer, or None when its health check does."""
+        assert self.server.proc is not None
+        if stopped(self.server.proc.pid):
+            return "its process is stopped: SIGSTOP or a debugger"
+        try:
+            self.server.health(self.HEALTH_WAIT_S)
+        except (urllib.error.URLError, OSError) as exc:
+            return f"no answer to {self.server.health_url} within {self.HEALTH_WAIT_S:g} s: {exc}"
+        return None
+
+    def _announce(self, *lines: str) -> None:
         self.announced = True
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        lines = [
-            f"vlaeval: the policy server (process {proc.pid}) exited with status {proc.returncode} during the "
-            f"session; its remaining episodes fail as errors. Last lines of {self.server.log_path}:",
-            *(f"    {line}" for line in self.server.log_tail(self.LOG_TAIL) or ["(empty)"]),
-        ]
         for line in lines:
             if reporter is not None:
                 reporter.write_line(line, red=True)

@@ -13,8 +13,8 @@ from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving.connection import Connection, Refused
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.serving.core import ServerCore
     from pytest_vlaeval.serving.engine import Outcome
-    from pytest_vlaeval.serving.server import PolicyServer
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -22,14 +22,14 @@ LOAD_UNIT = "connection"
 """Requests that can wait at once: one per connection (its episode opens with the request)."""
 
 
-async def serve_connection(server: PolicyServer, connection: Connection) -> None:
+async def serve_connection(server: ServerCore, connection: Connection) -> None:
     """Greet with the server's metadata, then answer each observation with its actions."""
     await connection.ws.send(protocol.pack({**server.metadata, "protocol": "openpi"}))
     async for frame in connection.ws:
         await _frame(server, connection, frame)
 
 
-async def _frame(server: PolicyServer, connection: Connection, frame: bytes | str) -> None:
+async def _frame(server: ServerCore, connection: Connection, frame: bytes | str) -> None:
     try:
         obs = protocol.unpack(frame)
         valid, meaning = protocol.FIELD_VALUES["obs"]

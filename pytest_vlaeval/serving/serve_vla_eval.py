@@ -26,7 +26,7 @@ from pytest_vlaeval.serving.protocol import ProtocolError
 from pytest_vlaeval.version import __version__
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.serving.server import PolicyServer
+    from pytest_vlaeval.serving.core import ServerCore
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -34,7 +34,7 @@ LOAD_UNIT = "episode"
 """Requests that can wait at once: one per open episode (a connection holds at most one)."""
 
 
-async def serve_connection(server: PolicyServer, connection: Connection) -> None:
+async def serve_connection(server: ServerCore, connection: Connection) -> None:
     """Answer one harness connection's frames until it closes (the server closes its episode)."""
     session = _HarnessSession(server, connection)  # the harness speaks first: no greeting
     async for frame in connection.ws:
@@ -42,7 +42,7 @@ async def serve_connection(server: PolicyServer, connection: Connection) -> None
 
 
 class _HarnessSession:
-    def __init__(self, server: PolicyServer, connection: Connection) -> None:
+    def __init__(self, server: ServerCore, connection: Connection) -> None:
         self.server = server
         self.connection = connection
         self.entry: OpenEpisode | None = None

@@ -14,8 +14,8 @@ from pytest_vlaeval.serving.connection import Connection, OpenEpisode, Refused
 if TYPE_CHECKING:
     import asyncio
 
+    from pytest_vlaeval.serving.core import ServerCore
     from pytest_vlaeval.serving.engine import Outcome
-    from pytest_vlaeval.serving.server import PolicyServer
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -23,14 +23,14 @@ LOAD_UNIT = "episode"
 """Requests that can wait at once: one per open episode."""
 
 
-async def serve_connection(server: PolicyServer, connection: Connection) -> None:
+async def serve_connection(server: ServerCore, connection: Connection) -> None:
     """Greet with the server's metadata, then answer the connection's frames until it closes."""
     await connection.ws.send(protocol.pack({**server.metadata, "protocol": protocol.PROTOCOL}))
     async for frame in connection.ws:
         await _frame(server, connection, frame)
 
 
-async def _frame(server: PolicyServer, connection: Connection, frame: bytes | str) -> None:
+async def _frame(server: ServerCore, connection: Connection, frame: bytes | str) -> None:
     episode_id = None
     try:
         kind, message = protocol.parse(frame, protocol.REQUEST_FIELDS)
@@ -55,7 +55,7 @@ async def _frame(server: PolicyServer, connection: Connection, frame: bytes | st
         await connection.send(server_error(exc, episode_id))
 
 
-async def _open(server: PolicyServer, connection: Connection, message: dict[str, Any]) -> None:
+async def _open(server: ServerCore, connection: Connection, message: dict[str, Any]) -> None:
     episode_id = message["episode"]
     try:
         info = EpisodeInfo(**{name: message[name] for name in protocol.REQUEST_FIELDS["open"] if name != "episode"})

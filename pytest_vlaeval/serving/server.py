@@ -17,30 +17,34 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving import protocol, serve_openpi, serve_vla_eval, serve_vlaeval
+from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving.batcher import Batcher
-from pytest_vlaeval.serving.connection import PROTOCOLS, Connection, OpenEpisode, ServerConfig
+from pytest_vlaeval.serving.connection import Connection, OpenEpisode, ServerConfig
 from pytest_vlaeval.serving.engine import Outcome, PolicyEngine, ServedEpisode
 from pytest_vlaeval.serving.table import EpisodeTable
+from pytest_vlaeval.serving.transports import BY_PROTOCOL, PROTOCOLS
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
 
-HANDLERS: dict[str, Any] = {"vlaeval": serve_vlaeval, "openpi": serve_openpi, "vla-eval": serve_vla_eval}
-"""Each wire protocol's handler module: ``serve_connection(server, connection)`` and ``LOAD_UNIT``."""
-
 
 class PolicyServer:
-    def __init__(self, spec: str, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, factory: Callable[[], Any] | None = None
+    ) -> None:
         """``factory`` (optional) makes the policy instead of the one ``spec`` names; ``spec`` then names it in logs."""
         if config.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {config.protocol!r}")
@@ -48,7 +52,7 @@ class PolicyServer:
         self.factory = factory
         self.config = config
         self.engine: PolicyEngine | None = None
-        self._protocol = HANDLERS[config.protocol]
+        self._protocol = BY_PROTOCOL[config.protocol].handler_module()
         self.batcher = Batcher(
             self._forward,
             max_batch=config.max_batch_size,
@@ -136,7 +140,7 @@ class PolicyServer:
         batches = sum(sizes.values())
         return {
             "status": "ok" if self.engine is not None else "loading",
-            "policy": self.engine.model["name"] if self.engine is not None else self.spec,
+            "policy": self.engine.model["name"] if self.engine is not None else self.spec.text,
             "protocol": self.config.protocol,
             "open_episodes": len(self.table.episodes),
             "waiting_opens": self.table.slots.waiting,
@@ -178,6 +182,13 @@ class PolicyServer:
     # -- connections and episodes --------------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
+        if self._connections >= self.config.max_connections:
+            log.warning("refused a connection from %s: %d connections are open", ws.remote_address, self._connections)
+            await ws.close(
+                CloseCode.TRY_AGAIN_LATER,
+                f"the server holds its maximum of {self.config.max_connections} connections (--max-connections)",
+            )
+            return
         connection = Connection(ws)
         self._connections += 1
         try:

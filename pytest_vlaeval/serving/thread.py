@@ -11,15 +11,20 @@ import asyncio
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.serving.server import PolicyServer, ServerConfig
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
 
 
 class ServerThread:
     """``with ServerThread(name, config, factory) as url:`` serves until the block ends."""
 
-    def __init__(self, spec: str, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, factory: Callable[[], Any] | None = None
+    ) -> None:
         self.server = PolicyServer(spec, config, factory)
         self._ready = threading.Event()
         self._failure: BaseException | None = None

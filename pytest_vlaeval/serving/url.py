@@ -6,23 +6,25 @@ Options ride in the query string: ``timeout`` (seconds to wait for a reply, defa
 ``connect_timeout`` (seconds to keep retrying a connection, default 60), ``server_pid`` (the
 server's process on this host, which ``--vla-serve`` adds so that a dead server fails fast) and,
 for openpi and vla-eval, ``chunk_size`` (at most this many actions of a reply are executed). The token, if the server wants one, comes from
-the ``VLAEVAL_SERVE_TOKEN`` environment variable, so it never lands in run names or logs.
+the ``VLAEVAL_SERVE_TOKEN`` environment variable, so it never lands in run names or logs. Any
+scheme takes ``identity``: what the run records as its policy instead of the address, so a
+server that comes back on another port (or ``evaluate``'s server for a policy object) continues
+the same run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.serving.transports import BY_SCHEME, TRANSPORTS
 
 TOKEN_ENV = "VLAEVAL_SERVE_TOKEN"
 SERVED_URL_KEY = "vla_served_url"
 """xdist ``workerinput`` key: the address of the session's own server (``--vla-serve``)."""
-SCHEMES = ("ws", "openpi", "vla-eval")
-_CHUNKED = ("timeout", "connect_timeout", "chunk_size")
-_OPTIONS = {"ws": ("timeout", "connect_timeout", "server_pid"), "openpi": _CHUNKED, "vla-eval": _CHUNKED}
 _INTEGER_OPTIONS = ("chunk_size", "server_pid")
+_TEXT_OPTIONS = ("identity",)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,15 @@ class RemoteSpec:
     chunk_size: int | None = None
     server_pid: int | None = None
     """The server's process on this host (set by ``--vla-serve``): once it is gone, connecting fails at once."""
+    text: str = field(default="", compare=False)
+    """The spec as given."""
+    named: str | None = None
+    """``identity=``: the policy's name for the run, when the address is not it."""
+
+    @property
+    def identity(self) -> str:
+        """What the run's fingerprint and name record: the ``identity`` option, else the spec."""
+        return self.named or self.text
 
     @property
     def url(self) -> str:
@@ -45,18 +56,26 @@ class RemoteSpec:
 
 def parse_remote_spec(spec: str) -> RemoteSpec:
     """Parse and check a remote policy spec; raises ``SpecError`` saying what is wrong."""
-    usage = f"--policy {spec!r}: expected ws://HOST:PORT, openpi://HOST:PORT[?chunk_size=K] or vla-eval://HOST:PORT"
+    *others, last = (transport.address for transport in TRANSPORTS)
+    usage = f"--policy {spec!r}: expected {', '.join(others)} or {last}"
     parts = urlsplit(spec)
     try:
         port = parts.port
     except ValueError:
         port = None
-    if parts.scheme not in SCHEMES or not parts.hostname or port is None or parts.path not in ("", "/"):
+    if parts.scheme not in BY_SCHEME or not parts.hostname or port is None or parts.path not in ("", "/"):
         raise SpecError(usage)
     options: dict[str, float] = {}
+    named = None
     for name, text in parse_qsl(parts.query, keep_blank_values=True):
-        if name not in _OPTIONS[parts.scheme]:
-            raise SpecError(f"{usage}; unknown option {name!r} (known: {', '.join(_OPTIONS[parts.scheme])})")
+        known = (*BY_SCHEME[parts.scheme].url_options, *_TEXT_OPTIONS)
+        if name not in known:
+            raise SpecError(f"{usage}; unknown option {name!r} (known: {', '.join(known)})")
+        if name in _TEXT_OPTIONS:
+            if not text.strip():
+                raise SpecError(f"{usage}; option {name} must not be empty")
+            named = text
+            continue
         try:
             options[name] = float(text)
         except ValueError:
@@ -73,6 +92,8 @@ def parse_remote_spec(spec: str) -> RemoteSpec:
         connect_timeout_s=options.get("connect_timeout", RemoteSpec.connect_timeout_s),
         chunk_size=int(chunk_size) if chunk_size is not None else None,
         server_pid=int(server_pid) if server_pid is not None else None,
+        text=spec,
+        named=named,
     )
 
 

@@ -28,8 +28,7 @@ from pytest_vlaeval.version import __version__
 
 class VlaEvalPolicy(_RemoteBase):
     def __init__(self, remote: RemoteSpec, action_dim: int, benchmark: str = "") -> None:
-        super().__init__(remote, action_dim, "Bearer")
-        self.benchmark = benchmark
+        super().__init__(remote, action_dim, "Bearer", benchmark)
         self._seq = 0
         self._started: float | None = None
         """When the open episode started (None: no episode open on the server)."""
