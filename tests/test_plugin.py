@@ -348,7 +348,7 @@ def test_videos_for_failed_or_all_episodes_are_written_and_attached(
     result = fake.runpytest(*SHORT, f"--vla-video={mode}", "--junitxml=report.xml")
     records = episode_records(run_dir(fake))
     wanted = {key for key, r in records.items() if mode == "all" or not r["success"]}
-    videos = {(p.parent.name, int(p.stem)) for p in (run_dir(fake) / "videos").glob("*/*.mp4")}
+    videos = {(p.parent.name, int(p.stem)) for p in (run_dir(fake) / "videos").glob("*/*.webm")}
     assert videos == wanted, expected
     for (task, seed), record in records.items():
         assert (record["video"] is not None) == ((task, seed) in wanted)

@@ -173,14 +173,18 @@ def _umask() -> int:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON via a temp file and rename, so a reader or a crash never sees half a file."""
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     """Write via a temp file and rename, so a reader or a crash never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; results are shared like any file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
