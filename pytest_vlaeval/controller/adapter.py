@@ -24,6 +24,7 @@ from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
 from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, SpecError, WorkerCrash
+from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.gate import compare
 from pytest_vlaeval.results.record import EpisodeRecord, error_record
@@ -227,6 +228,7 @@ class ResultsController:
                 body["gate"] = self.gate.as_dict()
             if not self.intake.held:
                 write_canonical(self.store.dir, body, per_task)
+                write_report(self.store.dir, body, per_task, self.run.policy_spec)
         self.written = body, per_task
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
