@@ -142,4 +142,7 @@ def test_plugin_imports_only_pytest_and_the_standard_library() -> None:
         f"{NAME}.version.__version__",
         f"{NAME}.api",  # inside evaluate(), on first use
         f"{NAME}.api.evaluate",
+        f"{NAME}.report.comparison",  # inside compare(), on first use
+        f"{NAME}.report.comparison.compare",
+        f"{NAME}.report.comparison.Comparison",  # for type checkers only
     }

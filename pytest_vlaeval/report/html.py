@@ -37,7 +37,7 @@ def render_report(run_dir: RunDir, summary: Summary, per_task: list[TaskResult],
         _groups(summary),
         _tasks(summary, per_task),
         _flips(summary, per_task),
-        _episodes(run_dir, per_task),
+        _episodes(run_dir, summary, per_task),
     ]
     return page(title, "\n".join(part for part in body if part))
 
@@ -186,8 +186,9 @@ def _seeds(seeds: list[int]) -> str:
     return f"{len(seeds)}: {', '.join(map(str, seeds))}" if seeds else "0"
 
 
-def _episodes(run_dir: RunDir, per_task: list[TaskResult]) -> str:
-    """Each task's episodes, failures and errors first, with their videos where recorded."""
+def _episodes(run_dir: RunDir, summary: Summary, per_task: list[TaskResult]) -> str:
+    """Each task's episodes, failures and errors first, with their videos where recorded; for a
+    task not evaluated, the errors that kept it from being evaluated."""
     sections = []
     for result in per_task:
         env_id = result["env_id"]
@@ -202,12 +203,21 @@ def _episodes(run_dir: RunDir, per_task: list[TaskResult]) -> str:
         rows = "".join(_episode_row(run_dir, env_id, *episode) for episode in episodes)
         failed = sum(1 for e in episodes if e[1] is not True)
         sections.append(
-            f'<details id="task-{escape(env_id)}"><summary>{escape(env_id)}: {pct(result["sr"])}, '
-            f"{failed} of {len(episodes)} episodes not successful</summary>"
-            '<table class="episodes"><thead><tr><th>seed</th><th>outcome</th><th>length</th><th>return</th>'
-            f"<th>error / video</th></tr></thead><tbody>{rows}</tbody></table></details>"
+            _episode_table(env_id, f"{pct(result['sr'])}, {failed} of {len(episodes)} episodes not successful", rows)
         )
+    for env_id in summary["tasks_without_results"]:
+        errors = sorted((e["seed"], e["message"]) for e in summary["errored_episodes"] if e["task"] == env_id)
+        rows = "".join(_episode_row(run_dir, env_id, seed, None, None, None, message) for seed, message in errors)
+        sections.append(_episode_table(env_id, f"{NOT_EVALUATED}, {len(errors)} episodes errored", rows))
     return "<h2>Episodes</h2>" + "".join(sections) if sections else ""
+
+
+def _episode_table(env_id: str, headline: str, rows: str) -> str:
+    return (
+        f'<details id="task-{escape(env_id)}"><summary>{escape(env_id)}: {headline}</summary>'
+        '<table class="episodes"><thead><tr><th>seed</th><th>outcome</th><th>length</th><th>return</th>'
+        f"<th>error / video</th></tr></thead><tbody>{rows}</tbody></table></details>"
+    )
 
 
 def _episode_row(
