@@ -111,3 +111,17 @@ def test_with_a_baseline_the_flipped_episodes_are_listed_both_ways(fake: pytest.
         lost = [s for s, ok in zip(result["episode_seeds"], result["successes"], strict=True) if ok]
         row = text[text.index(f'<tr data-name="{env_id}"><td>{env_id}</td><td class="num">3</td>') :]
         assert f"{len(lost)}: {', '.join(map(str, lost))}" in row.split("</tr>")[0]
+
+
+def test_the_chart_shows_tasks_without_a_completed_episode_as_not_evaluated(fake: pytest.Pytester) -> None:
+    from pytest_vlaeval.results.chart import draw_chart
+
+    fake.runpytest("--benchmark=fake.yaml", "-k", "Alpha or Broken")
+    directory = run_dir(fake)
+    summary = read_json(directory / "summary.json")
+    per_task = [read_json(directory / f"{t}.json") for t in summary["tasks"]]
+    assert summary["tasks"] == ["Alpha-v0"] and "BrokenSim-v0" in summary["tasks_without_results"]
+    figure = draw_chart(summary, per_task)
+    labels = [label.get_text() for label in figure.axes[1].get_yticklabels()]
+    assert labels == ["Alpha-v0"] + [f"{t} (not evaluated)" for t in summary["tasks_without_results"]]
+    assert (directory / "summary.png").is_file()

@@ -14,12 +14,12 @@ from typing import Any
 
 from pytest_vlaeval.report.axes import GROUP_AXES
 from pytest_vlaeval.report.page import filters, interval, page, pct, sr_bar
+from pytest_vlaeval.results.chart import NOT_EVALUATED
 from pytest_vlaeval.results.gate import load_baseline, task_outcomes
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.store import write_text_atomic
 
-NOT_EVALUATED = "not evaluated"
 OUTCOMES = ("all succeeded", "some failed", "all failed", "errors", NOT_EVALUATED)
 """A task's outcome in the task table's filter."""
 
