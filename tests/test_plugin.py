@@ -114,7 +114,7 @@ def test_outcomes_records_and_canonical_json(fake: pytest.Pytester) -> None:
     assert (directory / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     result.stdout.fnmatch_lines(
         [
-            f"vlaeval: Alpha-v0 SR {100 * alpha['sr']:.1f}% (3/3, 0 errors) | 3/6 episodes, 0m0?s, ETA 0m0?s",
+            f"vlaeval: Alpha-v0 SR {100 * alpha['sr']:.1f}% (3/3, 0 errors) | 3/6 episodes, 0m0?s, ETA 0m0?s (0m0?s-0m0?s)",
             f"vlaeval: Beta-v0 SR {100 * beta['sr']:.1f}% (3/3, 0 errors) | 6/6 episodes, 0m0?s, done",
         ]
     )

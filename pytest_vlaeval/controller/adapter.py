@@ -132,7 +132,7 @@ class ResultsController:
     def _settle(self, nodeid: str) -> None:
         task, seed = self.ledger.scheduled[nodeid]
         task_done = self.ledger.settle(nodeid)
-        self.progress.settled(task, self.ledger.latest[(task, seed)].outcome)
+        self.progress.settled(self.ledger.latest[(task, seed)])
         if task_done:
             self.write()
             assert self.written is not None
