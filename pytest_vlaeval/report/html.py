@@ -208,7 +208,10 @@ def _episodes(run_dir: RunDir, summary: Summary, per_task: list[TaskResult]) -> 
     for env_id in summary["tasks_without_results"]:
         errors = sorted((e["seed"], e["message"]) for e in summary["errored_episodes"] if e["task"] == env_id)
         rows = "".join(_episode_row(run_dir, env_id, seed, None, None, None, message) for seed, message in errors)
-        sections.append(_episode_table(env_id, f"{NOT_EVALUATED}, {len(errors)} episodes errored", rows))
+        if errors:
+            sections.append(_episode_table(env_id, f"{NOT_EVALUATED}, {len(errors)} episodes errored", rows))
+        else:
+            sections.append(f'<p id="task-{escape(env_id)}">{escape(env_id)}: {NOT_EVALUATED}, no episode ran yet</p>')
     return "<h2>Episodes</h2>" + "".join(sections) if sections else ""
 
 

@@ -16,7 +16,7 @@ h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:24px 0 8px;border-bottom
 .headline{display:flex;gap:24px;flex-wrap:wrap;align-items:center}.big{font-size:32px;font-weight:600}
 .muted{color:#59636e}.warn{color:#9a6700;font-weight:600}.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}
 table{border-collapse:collapse;width:100%;margin:6px 0}th,td{padding:3px 8px;border-bottom:1px solid #eaeef2;text-align:left;white-space:nowrap}
-th{background:#f6f8fa;position:sticky;top:0}table.sortable th{cursor:pointer}table.sortable th:after{content:" \\2195";color:#afb8c1}
+th{background:#f6f8fa}table.sortable th{cursor:pointer}table.sortable th:after{content:" \\2195";color:#afb8c1}
 td.num{text-align:right;font-variant-numeric:tabular-nums}tr.not-evaluated td{color:#8c959f;font-style:italic}
 .bar{display:inline-block;position:relative;width:140px;height:10px;background:#eaeef2;border-radius:2px;vertical-align:middle}
 .bar .ci{position:absolute;top:0;height:10px;background:#8fb8e8}.bar .pt{position:absolute;top:-2px;width:2px;height:14px;background:#0b4f9c}
