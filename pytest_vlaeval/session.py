@@ -84,6 +84,7 @@ def _start_controller(
     from pytest_vlaeval.controller.adapter import ResultsController
     from pytest_vlaeval.distribute import placement, scheduler
     from pytest_vlaeval.envs import render
+    from pytest_vlaeval.report import pytest_html_extras
     from pytest_vlaeval.results.store import fingerprint
 
     sequential = None
@@ -105,7 +106,10 @@ def _start_controller(
 
         # Episodes here, and on xdist workers (via their workerinput), use the shared server.
         runner.policy_spec = serve_session(config, run.policy_spec, run.dir.server_log)
-    config.pluginmanager.register(ResultsController(run, store, history, sequential), "vlaeval-controller")
+    controller = ResultsController(run, store, history, sequential)
+    config.pluginmanager.register(controller, "vlaeval-controller")
+    if pytest_html_extras.wanted(config):
+        config.pluginmanager.register(pytest_html_extras.PytestHtmlExtras(controller, Path(config.option.htmlpath)))
 
 
 def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:

@@ -125,3 +125,31 @@ def test_the_chart_shows_tasks_without_a_completed_episode_as_not_evaluated(fake
     labels = [label.get_text() for label in figure.axes[1].get_yticklabels()]
     assert labels == ["Alpha-v0"] + [f"{t} (not evaluated)" for t in summary["tasks_without_results"]]
     assert (directory / "summary.png").is_file()
+
+
+def test_pytest_html_rows_carry_records_and_videos_and_its_summary_the_headline(fake: pytest.Pytester) -> None:
+    import html
+    import json
+
+    fake.runpytest_subprocess(*SHORT, "--vla-video=failed", "-n", "2", "--html=pages/episodes.html")
+    page = (fake.path / "pages" / "episodes.html").read_text(encoding="utf-8")
+    blob = re.search(r'data-jsonblob="([^"]*)"', page)
+    assert blob is not None
+    tests = json.loads(html.unescape(blob.group(1)))["tests"]
+    directory = run_dir(fake)
+    summary = read_json(directory / "summary.json")
+    assert f"<td>{100 * summary['sr_split']:.1f}%" in page.split('id="vlaeval-headline"')[1].split("</table>")[0]
+    for env_id in summary["tasks"]:
+        result = read_json(directory / f"{env_id}.json")
+        for seed, success in zip(result["episode_seeds"], result["successes"], strict=True):
+            (row,) = tests[f"fake-short::{env_id}::{seed}"]
+            extras = {extra["name"]: extra for extra in row["extras"]}
+            record = json.loads((fake.path / "pages" / extras["episode record"]["content"]).read_text())
+            assert (record["task"], record["seed"], record["success"]) == (env_id, seed, success)
+            pages = [extra["content"] for extra in row["extras"] if extra["format_type"] == "html"]
+            videos = [v for content in pages for v in re.findall(r'<video[^>]* src="([^"]+)"', content)]
+            assert len(videos) == (0 if success else 1)
+            assert all(
+                (fake.path / "pages" / v).resolve() == (directory / "videos" / env_id / f"{seed}.webm").resolve()
+                for v in videos
+            )

@@ -42,6 +42,29 @@ def render_report(run_dir: RunDir, summary: Summary, per_task: list[TaskResult],
     return page(title, "\n".join(part for part in body if part))
 
 
+def headline_table(summary: Summary, policy: str) -> str:
+    """The run's headline as one plain table (for pages with styles of their own)."""
+    rows = [
+        ("run", f"{summary['benchmark']} {summary['selected_split']} split, policy {policy}"),
+        ("split SR", f"{pct(summary['sr_split'])} {interval(summary['sr_split_ci95'])}"),
+        *(
+            (f"{axis.label} {name}", f"{pct(sr)} {interval(bounds)}")
+            for axis in GROUP_AXES
+            for name, sr, bounds in axis.groups(summary)
+        ),
+        (
+            "episodes",
+            f"{summary['n_completed']} of {summary['n_expected']} completed, {summary['n_errors']} errors, "
+            f"{summary['n_missing']} missing" + (" (partial)" if summary["partial"] else ""),
+        ),
+    ]
+    gate = summary.get("gate")
+    if gate:
+        rows.append(("gate", gate["verdict_line"]))
+    cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f'<table id="vlaeval-headline">{cells}</table>'
+
+
 def task_outcome(result: TaskResult) -> str:
     if result["n_errors"]:
         return "errors"
