@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.rundir import RunDir, shard_of
@@ -69,6 +70,7 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
     with store.locked():  # a session may be writing the same directory's canonical files
         body, per_task = summary(selection, store.history(), interrupted=False)
         write_canonical(store.dir, body, per_task)
+        write_report(store.dir, body, per_task, reference["policy"])
     write_chart(body, per_task, store.dir.chart)
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]
