@@ -52,6 +52,7 @@ def test_episodes_that_errored_at_once_do_not_make_the_eta_optimistic() -> None:
 
 def test_the_eta_is_a_range_until_enough_episodes_completed_and_unknown_before_any() -> None:
     clock = Clock()
+    assert Progress(None, {}, live=False, clock=clock)._overall() == "0/0 episodes, 0m00s, starting"
     progress = _short_split(clock, tasks=200)
     assert progress.eta() is None and "ETA after the first completed episode" in progress._overall()
     for i in range(150):

@@ -147,7 +147,9 @@ class Progress:
         total, done = sum(self.scheduled.values()), sum(self.done.values())
         elapsed = self.clock() - self.started
         eta = self.eta()
-        if done == total:
+        if not total:
+            left = "starting"
+        elif done == total:
             left = "done"
         elif eta is None:
             left = "ETA after the first completed episode"
