@@ -9,7 +9,7 @@ never disagree about the same two runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,12 +131,19 @@ def compare(runs: Sequence[str | Path]) -> Comparison:
     )
 
 
-def _row(axis: str, name: str, loaded: list[tuple[Summary, list[TaskResult]]], paths: list[Path], member) -> Row:
-    estimates = []
-    for summary, per_task in loaded:
-        estimates.append(_estimate(axis, name, summary, [r for r in per_task if member(r)]))
+def _row(
+    axis: str,
+    name: str,
+    loaded: list[tuple[Summary, list[TaskResult]]],
+    paths: list[Path],
+    member: Callable[[TaskResult], bool],
+) -> Row:
+    """The row of the tasks ``member`` picks: each run's SR, and each later run's paired difference."""
+    estimates = tuple(
+        _estimate(axis, name, summary, [r for r in per_task if member(r)]) for summary, per_task in loaded
+    )
     differences = tuple(_paired([r for r in per_task if member(r)], paths[0]) for _, per_task in loaded[1:])
-    return Row(axis, name, tuple(estimates), differences)
+    return Row(axis, name, estimates, differences)
 
 
 def _estimate(axis: str, name: str, summary: Summary, tasks: list[TaskResult]) -> Estimate | None:
