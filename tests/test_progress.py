@@ -62,3 +62,15 @@ def test_the_eta_is_a_range_until_enough_episodes_completed_and_unknown_before_a
         assert eta is not None
         assert (eta[1] < eta[0] < eta[2]) == (i + 1 < 100), i
     assert progress.eta() == pytest.approx((50 * EPISODE_SECONDS,) * 3)
+
+
+def test_bringing_up_the_workers_is_not_priced_as_episode_work() -> None:
+    clock = Clock()
+    progress = Progress(None, {"T0": STEPS, "T1": STEPS}, live=False, clock=clock)
+    clock.now = 600.0  # xdist workers importing the simulator on a loaded machine
+    progress.schedule("T0")
+    progress.schedule("T1")
+    clock.now += EPISODE_SECONDS
+    progress.settled(_failure("T0"))
+    eta = progress.eta()
+    assert eta is not None and eta[0] == pytest.approx(EPISODE_SECONDS)

@@ -2,7 +2,8 @@
 steps) everywhere, and on a terminal a rich live panel (overall bar, per-task rows).
 
 The ETA prices what is known to be left (each unfinished episode at its step limit, an env
-build for each task not started) at the rate measured on the steps actually run: an episode
+build for each task not started) at the rate measured on the steps actually run since the
+episodes were scheduled (bringing up the workers is no episode work): an episode
 that errored (an env that could not be built, a missing asset) ran no steps, so it does not
 make the rate look faster than it is. Early on the rate rests on a few episodes, so the ETA is
 a range, narrowing as episodes complete.
@@ -42,6 +43,7 @@ class Progress:
         self.live_wanted = live
         self.clock = clock
         self.started = clock()
+        self.work_started = self.started
         self.work_done = 0.0
         """Step units actually run: completed episodes' steps, a reset per episode, a build per task."""
         self.completed = 0
@@ -56,6 +58,8 @@ class Progress:
     # -- what the controller tells --------------------------------------------------------
 
     def schedule(self, task: str) -> None:
+        if not self.scheduled:  # workers are up: bringing them up is no episode work
+            self.work_started = self.clock()
         self.scheduled[task] += 1
 
     def settled(self, record: EpisodeRecord) -> None:
@@ -170,7 +174,7 @@ class Progress:
             return 0.0, 0.0, 0.0
         if not self.completed:
             return None
-        estimate = (self.clock() - self.started) * left_work / self.work_done
+        estimate = (self.clock() - self.work_started) * left_work / self.work_done
         spread = 1 / math.sqrt(self.completed)
         if spread <= RANGE_UNTIL:
             return estimate, estimate, estimate
