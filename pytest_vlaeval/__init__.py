@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Any
 from pytest_vlaeval.version import __version__
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.api import Summary
+    from pathlib import Path
 
-__all__ = ["__version__", "evaluate"]
+    from pytest_vlaeval.api import Summary
+    from pytest_vlaeval.report.comparison import Comparison
+
+__all__ = ["__version__", "compare", "evaluate"]
 
 
 def evaluate(policy: Any, benchmark: str = "short", **kwargs: Any) -> Summary:
@@ -18,3 +21,11 @@ def evaluate(policy: Any, benchmark: str = "short", **kwargs: Any) -> Summary:
     from pytest_vlaeval.api import evaluate as run
 
     return run(policy, benchmark, **kwargs)
+
+
+def compare(*runs: str | Path) -> Comparison:
+    """Compare run directories with the first, in the order given (see
+    ``pytest_vlaeval.report.comparison``); raises ``ComparisonError`` on runs that cannot be compared."""
+    from pytest_vlaeval.report.comparison import compare as run
+
+    return run(runs)

@@ -78,7 +78,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vla-video",
         choices=VIDEO_MODES,
         default="none",
-        help="write an mp4 per episode (scene beside the two cameras) under <run>/videos/: "
+        help="write a video (WebM) per episode (scene beside the two cameras) under <run>/videos/: "
         "none, failed (every episode that did not succeed) or all [none]",
     )
     group.addoption(

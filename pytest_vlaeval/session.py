@@ -127,8 +127,12 @@ def _register_controller(
     sequential: SequentialGate | None,
 ) -> None:
     from pytest_vlaeval.controller.adapter import ResultsController
+    from pytest_vlaeval.report import pytest_html_extras
 
-    config.pluginmanager.register(ResultsController(run, store, latest, sequential), "vlaeval-controller")
+    controller = ResultsController(run, store, latest, sequential)
+    config.pluginmanager.register(controller, "vlaeval-controller")
+    if pytest_html_extras.wanted(config):
+        config.pluginmanager.register(pytest_html_extras.PytestHtmlExtras(controller, Path(config.option.htmlpath)))
     if not config.getoption("vla_failure_details"):
         from pytest_vlaeval.controller.failures import FailedEpisodeSections
 

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --libero
+./scripts/install_browser.sh
 exec .venv/bin/python -m pytest "$@"

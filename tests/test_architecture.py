@@ -136,4 +136,7 @@ def test_plugin_imports_only_pytest_and_the_standard_library() -> None:
         f"{NAME}.api",  # inside evaluate(), on first use
         f"{NAME}.api.evaluate",
         f"{NAME}.api.Summary",  # its return type, for type checkers only
+        f"{NAME}.report.comparison",  # inside compare(), on first use
+        f"{NAME}.report.comparison.compare",
+        f"{NAME}.report.comparison.Comparison",  # for type checkers only
     }

@@ -224,7 +224,7 @@ def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> 
         int(capture.get(p)) for p in (cv2.CAP_PROP_FRAME_COUNT, cv2.CAP_PROP_FRAME_WIDTH, cv2.CAP_PROP_FRAME_HEIGHT)
     )
     capture.release()
-    assert record.video == str(tmp_path / TASKS[0] / f"{SEEDS[0]}.mp4")
+    assert record.video == str(tmp_path / TASKS[0] / f"{SEEDS[0]}.webm")
     assert (frames, width, height) == (record.length + 1, 768, 512)  # scene 512x512 | cameras 256 wide
 
 

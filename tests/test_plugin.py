@@ -114,7 +114,7 @@ def test_outcomes_records_and_canonical_json(fake: pytest.Pytester) -> None:
     assert (directory / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     result.stdout.fnmatch_lines(
         [
-            f"vlaeval: Alpha-v0 SR {100 * alpha['sr']:.1f}% (3/3, 0 errors) | 3/6 episodes, 0m0?s, ETA 0m0?s",
+            f"vlaeval: Alpha-v0 SR {100 * alpha['sr']:.1f}% (3/3, 0 errors) | 3/6 episodes, 0m0?s, ETA 0m0?s (0m0?s-0m0?s)",
             f"vlaeval: Beta-v0 SR {100 * beta['sr']:.1f}% (3/3, 0 errors) | 6/6 episodes, 0m0?s, done",
         ]
     )
@@ -348,7 +348,7 @@ def test_videos_for_failed_or_all_episodes_are_written_and_attached(
     result = fake.runpytest(*SHORT, f"--vla-video={mode}", "--junitxml=report.xml")
     records = episode_records(run_dir(fake))
     wanted = {key for key, r in records.items() if mode == "all" or not r["success"]}
-    videos = {(p.parent.name, int(p.stem)) for p in (run_dir(fake) / "videos").glob("*/*.mp4")}
+    videos = {(p.parent.name, int(p.stem)) for p in (run_dir(fake) / "videos").glob("*/*.webm")}
     assert videos == wanted, expected
     for (task, seed), record in records.items():
         assert (record["video"] is not None) == ((task, seed) in wanted)

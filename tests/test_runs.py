@@ -172,6 +172,7 @@ def test_two_shards_merged_equal_one_unsharded_run(fake: pytest.Pytester) -> Non
         return files
 
     assert canonical(out) == canonical(whole)
+    assert "6 of 6 episodes completed" in (out / "report.html").read_text(encoding="utf-8")  # the merged run's page
     logs = sorted(p.name for p in (out / "episodes").iterdir())
     assert merge_main([str(a), str(b), "--out", str(out), "--benchmark", benchmark]) == 0  # again: nothing changes
     assert sorted(p.name for p in (out / "episodes").iterdir()) == logs and canonical(out) == canonical(whole)

@@ -24,10 +24,12 @@ from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
 from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, ResultsUnwritable, SpecError, WorkerCrash
+from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.gate import compare
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import EpisodeRecord, error_record
+from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Canonical
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
@@ -61,6 +63,7 @@ class ResultsController:
         self.gate: GateResult | SequentialGate | None = None
         self.chart: Path | None = None
         self.canonical_unwritten: str | None = None
+        self.report_unwritten: list[str] = []
         """Why the last write of the canonical files failed (a full disk), None once they are written."""
         self.unwritten: list[str] = []
         """A line for each file of the run the disk refused at session end."""
@@ -145,7 +148,7 @@ class ResultsController:
     def _settle(self, nodeid: str) -> None:
         task, seed = self.ledger.scheduled[nodeid]
         task_done = self.ledger.settle(nodeid)
-        self.progress.settled(task, self.latest[(task, seed)].outcome)
+        self.progress.settled(self.latest[(task, seed)])
         if task_done:
             self.write()
             assert self.written is not None
@@ -211,7 +214,7 @@ class ResultsController:
         self.store.close()
         assert self.written is not None
         self.chart, unwritten = write_outputs(*self.written, self.gate, self.run)
-        self.unwritten = [*filter(None, [self.canonical_unwritten]), *unwritten]
+        self.unwritten = [*filter(None, [self.canonical_unwritten]), *self.report_unwritten, *unwritten]
 
     @property
     def _stopped_early(self) -> bool:
@@ -250,6 +253,13 @@ class ResultsController:
                     self.canonical_unwritten = None
                 except ResultsUnwritable as exc:
                     self.canonical_unwritten = str(exc)
+                self.report_unwritten = []
+                html = self.store.dir.report_html
+                attempt_write(
+                    html,
+                    lambda: write_report(self.store.dir, body, per_task, self.run.policy_spec),
+                    self.report_unwritten,
+                )
         self.written = body, per_task
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:

@@ -1,18 +1,27 @@
 """Where a run is, on the controller: a line per finished task (SR, progress, ETA by expected
 steps) everywhere, and on a terminal a rich live panel (overall bar, per-task rows).
 
+The ETA prices what is known to be left (each unfinished episode at its step limit, an env
+build for each task not started) at the rate measured on the steps actually run since the
+episodes were scheduled (bringing up the workers is no episode work): an episode
+that errored (an env that could not be built, a missing asset) ran no steps, so it does not
+make the rate look faster than it is. Early on the rate rests on a few episodes, so the ETA is
+a range, narrowing as episodes complete.
+
 The live panel never garbles pytest's output: while it is shown, pytest's terminal writer goes
 through a line buffer that prints whole lines above the panel.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import IO, Any
 
-from pytest_vlaeval.results.record import ERROR, SUCCESS
+from pytest_vlaeval.results.record import ERROR, SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.schema import TaskResult
 from pytest_vlaeval.results.stats import success_rate
 
@@ -21,14 +30,23 @@ RECENT_ROWS = 8
 # ~0.4 s, an env build ~5 s); a worker builds each task's env about once.
 RESET_STEPS = 3
 BUILD_STEPS = 38
+RANGE_UNTIL = 0.1
+"""The ETA is shown as a range while its relative spread (1/sqrt(completed episodes)) is above this."""
 
 
 class Progress:
-    def __init__(self, reporter: Any, steps: dict[str, int], live: bool) -> None:
+    def __init__(
+        self, reporter: Any, steps: dict[str, int], live: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.reporter = reporter
         self.steps = steps
         self.live_wanted = live
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
+        self.work_started = self.started
+        self.work_done = 0.0
+        """Step units actually run: completed episodes' steps, a reset per episode, a build per task."""
+        self.completed = 0
         self.scheduled: Counter[str] = Counter()
         self.done: Counter[str] = Counter()
         self.successes: Counter[str] = Counter()
@@ -40,12 +58,22 @@ class Progress:
     # -- what the controller tells --------------------------------------------------------
 
     def schedule(self, task: str) -> None:
+        if not self.scheduled:  # workers are up: bringing them up is no episode work
+            self.work_started = self.clock()
         self.scheduled[task] += 1
 
-    def settled(self, task: str, outcome: str) -> None:
+    def settled(self, record: EpisodeRecord) -> None:
+        task = record.task
+        if record.completed:
+            self.work_done += (
+                (record.length or 0) + RESET_STEPS + (0 if self.done[task] - self.errors[task] else BUILD_STEPS)
+            )
+            self.completed += 1
+        else:
+            self.work_done += RESET_STEPS
         self.done[task] += 1
-        self.successes[task] += outcome == SUCCESS
-        self.errors[task] += outcome == ERROR
+        self.successes[task] += record.outcome == SUCCESS
+        self.errors[task] += record.outcome == ERROR
         self._refresh()
 
     def task_finished(self, task: str, result: TaskResult | None) -> None:
@@ -119,19 +147,38 @@ class Progress:
         return Panel(Group(header, rows), title="vlaeval", border_style="blue")
 
     def _overall(self) -> str:
-        """Episodes done, elapsed, and an ETA from the work done so far, counted in env steps."""
+        """Episodes done, elapsed, and the ETA (a range while it rests on few episodes)."""
         total, done = sum(self.scheduled.values()), sum(self.done.values())
-        done_work = sum(self._work(t, self.done[t], started=False) for t in self.done)
-        left_work = sum(self._work(t, n - self.done[t], started=self.done[t] > 0) for t, n in self.scheduled.items())
-        elapsed = time.monotonic() - self.started
-        eta = f"ETA {duration(elapsed * left_work / done_work)}" if left_work and done_work else "done"
-        return f"{done}/{total} episodes, {duration(elapsed)}, {eta}"
+        elapsed = self.clock() - self.started
+        eta = self.eta()
+        if not total:
+            left = "starting"
+        elif done == total:
+            left = "done"
+        elif eta is None:
+            left = "ETA after the first completed episode"
+        elif eta[1] == eta[2]:
+            left = f"ETA {duration(eta[0])}"
+        else:
+            left = f"ETA {duration(eta[0])} ({duration(eta[1])}-{duration(eta[2])})"
+        return f"{done}/{total} episodes, {duration(elapsed)}, {left}"
 
-    def _work(self, task: str, episodes: int, *, started: bool) -> float:
-        """Cost of ``episodes`` of ``task`` in step units, with a reset each and one env build."""
-        if not episodes:
-            return 0.0
-        return episodes * (self.steps[task] + RESET_STEPS) + (0 if started else BUILD_STEPS)
+    def eta(self) -> tuple[float, float, float] | None:
+        """Seconds left: estimate, low, high; None until an episode has completed."""
+        left_work = sum(
+            (n - self.done[t]) * (self.steps[t] + RESET_STEPS) + (0 if self.done[t] else BUILD_STEPS)
+            for t, n in self.scheduled.items()
+            if n > self.done[t]
+        )
+        if not left_work:
+            return 0.0, 0.0, 0.0
+        if not self.completed:
+            return None
+        estimate = (self.clock() - self.work_started) * left_work / self.work_done
+        spread = 1 / math.sqrt(self.completed)
+        if spread <= RANGE_UNTIL:
+            return estimate, estimate, estimate
+        return estimate, estimate / (1 + spread), estimate * (1 + spread)
 
 
 def live_wanted(mode: str, stream: IO[str] | None = None) -> bool:

@@ -21,6 +21,7 @@ from pytest_vlaeval.importing import load_reference, split_reference
 from pytest_vlaeval.policy.contract import Policy, describe_policy
 from pytest_vlaeval.policy.loading import build_policy
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, error_record, outcome_message, timestamp
+from pytest_vlaeval.results.rundir import video_file
 from pytest_vlaeval.spec import Selection, Task
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class EpisodeRunner:
         """Write the episode's video when the mode asks for it (``failed``: anything but success)."""
         if video is None or (self.video_mode == "failed" and success):
             return None
-        path = video.write(self.video_dir / task.env_id / f"{seed}.mp4")
+        path = video.write(video_file(self.video_dir, task.env_id, seed))
         return str(path) if path else None
 
     def _check_assets(self, task: Task) -> None:

@@ -41,14 +41,15 @@ class EpisodeVideo:
             self.frames.append(self.render_frame(obs))
 
     def write(self, path: Path) -> Path | None:
-        """Write an mp4 (OpenCV's mp4v codec); None when the env gave no frames."""
+        """Write a WebM (VP8, which browsers play inline, so ``report.html`` can show it; OpenCV's
+        mp4v is not); None when the env gave no frames."""
         if not self.frames:
             return None
         import cv2
 
         path.parent.mkdir(parents=True, exist_ok=True)
         height, width = self.frames[0].shape[:2]
-        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (width, height))
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"VP80"), FPS, (width, height))
         try:
             for frame in self.frames:
                 writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))

@@ -1,4 +1,6 @@
-"""``summary.png`` beside ``summary.json``: per-memory-type and per-task SR with 95% intervals."""
+"""``summary.png`` beside ``summary.json``: per-memory-type and per-task SR with 95% intervals;
+every task of the selection is drawn, those without a completed episode marked "not evaluated"
+so a partial picture never looks complete."""
 
 from __future__ import annotations
 
@@ -7,9 +9,23 @@ from typing import Any
 
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
+NOT_EVALUATED = "not evaluated"
+
 
 def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Path | None:
     """Draw the run's success rates; None when there is nothing completed to draw."""
+    figure = draw_chart(summary, per_task)
+    if figure is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
+    """The chart's matplotlib figure; None when no task has a completed episode."""
     if not per_task:
         return None
     import matplotlib
@@ -18,7 +34,8 @@ def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Pat
     import matplotlib.pyplot as plt
 
     memory = summary["sr_per_memory_type"]
-    height = max(3.0, 0.22 * len(per_task) + 1.2)
+    missing = summary["tasks_without_results"]
+    height = max(3.0, 0.22 * (len(per_task) + len(missing)) + 1.2)
     figure, (left, right) = plt.subplots(
         1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [1, 1.6]}, constrained_layout=True
     )
@@ -26,22 +43,28 @@ def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Pat
     split_note = ", ".join(f"{s} {100 * sr:.1f}%" for s, sr in summary["sr_per_split"].items())
     left.set_title(f"per memory type (split SR: {split_note})", fontsize=10)
     _bars(
-        right, [r["env_id"] for r in per_task], [r["sr"] for r in per_task], [r["sr_ci95"] for r in per_task], "#55a868"
+        right,
+        [r["env_id"] for r in per_task] + [f"{env_id} ({NOT_EVALUATED})" for env_id in missing],
+        [r["sr"] for r in per_task],
+        [r["sr_ci95"] for r in per_task],
+        "#55a868",
     )
-    right.set_title(f"per task ({summary['n_completed']}/{summary['n_expected']} episodes)", fontsize=10)
+    for position in range(len(per_task), len(per_task) + len(missing)):
+        right.barh(position, 1, color="none", edgecolor="#bbbbbb", hatch="//")
+        right.text(0.5, position, NOT_EVALUATED, ha="center", va="center", fontsize=7, color="#777777")
+    evaluated = f", {len(missing)} tasks {NOT_EVALUATED}" if missing else ""
+    right.set_title(f"per task ({summary['n_completed']}/{summary['n_expected']} episodes{evaluated})", fontsize=10)
     partial = " (partial)" if summary["partial"] else ""
     figure.suptitle(f"{summary['benchmark']} {summary['selected_split']}: {summary['model'].get('name', '')}{partial}")
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return figure
 
 
 def _bars(axis: Any, labels: list[str], values: list[float], intervals: list[list[float]], color: str) -> None:
-    positions = range(len(labels))
+    """Bars for the first ``len(values)`` labels; the labels after them get a row and no bar."""
     pairs = list(zip(values, intervals, strict=True))
     errors = [[max(0.0, v - lo) for v, (lo, _) in pairs], [max(0.0, hi - v) for v, (_, hi) in pairs]]  # rounding
-    axis.barh(positions, values, xerr=errors, color=color, ecolor="#333333", capsize=2)
-    axis.set_yticks(list(positions), labels, fontsize=7 if len(labels) > 20 else 9)
+    axis.barh(range(len(values)), values, xerr=errors, color=color, ecolor="#333333", capsize=2)
+    axis.set_yticks(list(range(len(labels))), labels, fontsize=7 if len(labels) > 20 else 9)
     axis.invert_yaxis()
     axis.set_xlim(0, 1)
     axis.set_xlabel("success rate (95% CI)")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
+from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.latest import LatestRecords
@@ -73,6 +74,9 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
         body, per_task = summary(selection, LatestRecords.read(store.dir), interrupted=False)
         write_canonical(store.dir, body, per_task)
     unwritten: list[str] = []
+    attempt_write(
+        store.dir.report_html, lambda: write_report(store.dir, body, per_task, reference["policy"]), unwritten
+    )
     attempt_write(store.dir.chart, lambda: write_chart(body, per_task, store.dir.chart), unwritten)
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]

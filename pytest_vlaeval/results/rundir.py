@@ -10,8 +10,9 @@
     <run>/summary.json          the run's canonical summary
     <run>/summary.png           its chart (``chart``)
     <run>/report.md             the markdown report (also the GitHub step summary)
+    <run>/report.html           the self-contained HTML report (``report``)
     <run>/server.log            the ``--vla-serve`` policy server's log
-    <run>/videos/<ENV_ID>/<seed>.mp4
+    <run>/videos/<ENV_ID>/<seed>.webm
 """
 
 from __future__ import annotations
@@ -43,11 +44,15 @@ class RunDir:
         self.summary = path / "summary.json"
         self.chart = path / "summary.png"
         self.report = path / "report.md"
+        self.report_html = path / "report.html"
         self.server_log = path / "server.log"
         self.videos = path / "videos"
 
     def task(self, env_id: str) -> Path:
         return self.path / f"{env_id}.json"
+
+    def video(self, env_id: str, seed: int) -> Path:
+        return video_file(self.videos, env_id, seed)
 
     def logs(self) -> list[Path]:
         return sorted(self.episodes.glob("*.jsonl"))
@@ -57,6 +62,11 @@ class RunDir:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
         name = "-".join(filter(None, (stamp, socket.gethostname(), str(os.getpid()), label)))
         return self.episodes / f"{name}.jsonl"
+
+
+def video_file(videos: Path, env_id: str, seed: int) -> Path:
+    """An episode's video under a run's ``videos`` folder."""
+    return videos / env_id / f"{seed}.webm"
 
 
 def shard_label(index: int, count: int) -> str:

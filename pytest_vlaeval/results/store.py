@@ -175,7 +175,7 @@ def _umask() -> int:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """``payload`` as indented JSON, written atomically."""
+    """Write JSON via a temp file and rename, so a reader or a crash never sees half a file."""
     write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 

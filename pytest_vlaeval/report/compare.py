@@ -1,0 +1,76 @@
+"""``vlaeval compare RUN [RUN ...]``: run directories (e.g. one per checkpoint) side by side, in
+the order given: prints the table, writes ``compare.md`` and ``compare.html``.
+
+Also ``python -m pytest_vlaeval.report.compare RUN [RUN ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pytest_vlaeval.report.compare_html import format_difference, render_comparison
+from pytest_vlaeval.report.comparison import Comparison, ComparisonError, compare
+from pytest_vlaeval.report.page import interval, pct
+from pytest_vlaeval.results.store import write_text_atomic
+
+MARKDOWN = "compare.md"
+HTML = "compare.html"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Compare runs (e.g. one per checkpoint) with the first: SRs, intervals, paired differences."
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run directories, in the order to show")
+    parser.add_argument(
+        "--out", type=Path, default=Path("."), help=f"folder for {MARKDOWN} and {HTML} [current directory]"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        comparison = compare(args.runs)
+    except ComparisonError as exc:
+        print(f"vlaeval compare: {exc}", file=sys.stderr)
+        return 2
+    markdown = markdown_table(comparison)
+    print(markdown, end="")
+    write_text_atomic(args.out / MARKDOWN, markdown)
+    write_text_atomic(args.out / HTML, render_comparison(comparison))
+    print(f"\nwritten: {args.out / MARKDOWN}, {args.out / HTML}")
+    return 0
+
+
+def markdown_table(comparison: Comparison) -> str:
+    """The side-by-side table (also what the command prints: a markdown table reads as text)."""
+    runs = comparison.runs
+    lines = [
+        f"## {comparison.benchmark} {comparison.split}: {len(runs)} runs",
+        "",
+        *(f"{n}. `{run.label}` (policy {run.policy})" for n, run in enumerate(runs, 1)),
+        "",
+        "SR with its 95% interval; `N - 1`: run N minus run 1, paired on shared seeds "
+        "(difference in points [95% interval], paired seeds, exact sign-flip p).",
+        "",
+        "| row | "
+        + " | ".join(str(n) for n in range(1, len(runs) + 1))
+        + "".join(f" | {n} - 1" for n in range(2, len(runs) + 1))
+        + " |",
+        "| --- |" + " ---: |" * (2 * len(runs) - 1),
+    ]
+    for row in comparison.rows:
+        name = row.name if row.axis == "task" else f"{row.axis} {row.name}"
+        cells = ["-" if e is None else f"{pct(e.sr)} {interval(e.interval)}" for e in row.estimates]
+        cells += ["-" if d is None else format_difference(d) for d in row.differences]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vlaeval compare")
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Runs compared across checkpoints: split, group and task SRs of every run with their intervals,
+and each run's paired difference to the first on the seeds both completed.
+
+The paired difference is the regression gate's own (``results.gate``: the seed as the unit, its
+interval and its exact sign-flip p-value), asked of every row's tasks, so a comparison and a gate
+never disagree about the same two runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_vlaeval.report.axes import GROUP_AXES
+from pytest_vlaeval.results.gate import compare as gate_compare
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.schema import Summary, TaskResult
+
+PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
+"""What runs must share to be compared: the same episodes of the same benchmark."""
+
+
+OVERALL = "overall"
+"""The row of the whole selection (the selected split's SR)."""
+
+
+class ComparisonError(ValueError):
+    """The runs cannot be compared (not runs, or different benchmarks or protocols); one line."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    sr: float
+    interval: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """This run's SR minus the first run's, on the seeds every compared task has in both."""
+
+    difference: float
+    interval: tuple[float, float]
+    seeds: int
+    p_value: float
+
+
+@dataclass(frozen=True)
+class Row:
+    axis: str
+    """``OVERALL`` for the whole selection, an axis label for a group, ``task`` for a task."""
+    name: str
+    estimates: tuple[Estimate | None, ...]
+    """Per run, in the order given; None where the run has no result for the row."""
+    differences: tuple[PairedDifference | None, ...]
+    """Per run after the first; None where no seed is paired."""
+
+
+@dataclass(frozen=True)
+class Run:
+    label: str
+    path: Path
+    policy: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    benchmark: str
+    split: str
+    runs: tuple[Run, ...]
+    rows: tuple[Row, ...]
+    interval_method: str
+
+    def row(self, axis: str, name: str) -> Row:
+        return next(r for r in self.rows if r.axis == axis and r.name == name)
+
+    @property
+    def curves(self) -> tuple[Row, ...]:
+        """The rows drawn across the runs: the split and every group."""
+        return tuple(r for r in self.rows if r.axis != "task")
+
+
+def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
+    """A run directory's canonical files, typed."""
+    run_dir = RunDir(path)
+    if not run_dir.summary.is_file():
+        raise ComparisonError(f"{path}: not a run directory (no {run_dir.summary.name})")
+    summary: Summary = json.loads(run_dir.summary.read_text(encoding="utf-8"))
+    per_task: list[TaskResult] = [
+        json.loads(run_dir.task(env_id).read_text(encoding="utf-8")) for env_id in summary["tasks"]
+    ]
+    return summary, per_task
+
+
+def compare(runs: Sequence[str | Path]) -> Comparison:
+    """Compare run directories (e.g. one per checkpoint), in the order given, with the first."""
+    if not runs:
+        raise ComparisonError("compare needs at least one run directory")
+    paths = [Path(r) for r in runs]
+    loaded = [load_run(p) for p in paths]
+    first = loaded[0][0]
+    for path, (summary, _) in zip(paths[1:], loaded[1:], strict=True):
+        differs = [k for k in PROTOCOL if summary[k] != first[k]]  # type: ignore[literal-required]
+        if differs:
+            what = ", ".join(f"{k} {summary[k]!r} vs {first[k]!r}" for k in differs)  # type: ignore[literal-required]
+            raise ComparisonError(
+                f"refusing to compare {path} with {paths[0]}: different benchmark or protocol ({what})"
+            )
+    labels = [p.name for p in paths]
+    if len(set(labels)) < len(labels):
+        labels = [str(p) for p in paths]
+    rows = [_row(OVERALL, first["selected_split"], loaded, paths, lambda r: True)]
+    for axis in GROUP_AXES:
+        names = dict.fromkeys(name for summary, _ in loaded for name, _, _ in axis.groups(summary))
+        rows += [
+            _row(axis.label, name, loaded, paths, lambda r, f=axis.field, n=name: r[f] == n)  # type: ignore[literal-required]
+            for name in names
+        ]
+    tasks = dict.fromkeys(r["env_id"] for _, per_task in loaded for r in per_task)
+    rows += [_row("task", env_id, loaded, paths, lambda r, e=env_id: r["env_id"] == e) for env_id in tasks]
+    return Comparison(
+        benchmark=first["benchmark"],
+        split=first["selected_split"],
+        runs=tuple(
+            Run(label, path, str(summary["model"].get("name", "?")))
+            for label, path, (summary, _) in zip(labels, paths, loaded, strict=True)
+        ),
+        rows=tuple(rows),
+        interval_method=first["ci95_methods"]["sr_split_ci95"],
+    )
+
+
+def _row(
+    axis: str,
+    name: str,
+    loaded: list[tuple[Summary, list[TaskResult]]],
+    paths: list[Path],
+    member: Callable[[TaskResult], bool],
+) -> Row:
+    """The row of the tasks ``member`` picks: each run's SR, and each later run's paired difference."""
+    estimates = tuple(
+        _estimate(axis, name, summary, [r for r in per_task if member(r)]) for summary, per_task in loaded
+    )
+    differences = tuple(_paired([r for r in per_task if member(r)], paths[0]) for _, per_task in loaded[1:])
+    return Row(axis, name, estimates, differences)
+
+
+def _estimate(axis: str, name: str, summary: Summary, tasks: list[TaskResult]) -> Estimate | None:
+    """A row's SR and interval as the run's summary states them (one owner: ``canonical``)."""
+    if not tasks:
+        return None
+    if axis == "task":
+        (task,) = tasks
+        return Estimate(task["sr"], (task["sr_ci95"][0], task["sr_ci95"][1]))
+    if axis == OVERALL:
+        sr, bounds = summary["sr_split"], summary["sr_split_ci95"]
+    else:
+        found = next(a for a in GROUP_AXES if a.label == axis)
+        sr, bounds = next((s, b) for n, s, b in found.groups(summary) if n == name)
+    assert sr is not None and bounds is not None
+    return Estimate(sr, (bounds[0], bounds[1]))
+
+
+def _paired(tasks: list[TaskResult], first: Path) -> PairedDifference | None:
+    if not tasks:
+        return None
+    gate = gate_compare(tasks, first, max_drop=1.0, alpha=None)
+    paired = gate.paired_drop
+    if paired is None or gate.p_value is None:
+        return None
+    drop, (low, high) = paired
+    return PairedDifference(0.0 - drop, (0.0 - high, 0.0 - low), len(gate.seed_sums), gate.p_value)

@@ -1,0 +1,118 @@
+"""vlaeval compare on real sessions of the fake benchmark: three checkpoints, the paired
+differences the gate computes, the files it writes, and one line for runs that cannot be compared."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_report_html import read_page
+
+import pytest_vlaeval
+from pytest_vlaeval.report.comparison import OVERALL, ComparisonError, load_run
+from pytest_vlaeval.results.gate import compare as gate_compare
+
+CHECKPOINTS = """
+import numpy as np
+
+
+class Checkpoint:
+    chunk_size = 1
+    reach = 0.0
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        return np.full(7, self.reach, dtype=np.float32)
+
+
+class Early(Checkpoint):
+    reach = 0.0
+
+
+class Middle(Checkpoint):
+    reach = 0.65  # the fake env's bar is 0.5 + 0.1 * (seed % 5): seeds 100 and 101 succeed
+
+
+class Late(Checkpoint):
+    reach = 1.0
+"""
+
+
+def _runs(fake: pytest.Pytester, *names: str, extra: tuple[str, ...] = ()) -> list[Path]:
+    fake.makepyfile(checkpoints=CHECKPOINTS)
+    paths = []
+    for name in names:
+        before = set((fake.path / "results").glob("*")) if (fake.path / "results").exists() else set()
+        fake.runpytest("--benchmark=fake.yaml:short", f"--policy=checkpoints:{name}", *extra)
+        (new,) = set((fake.path / "results").glob("*")) - before
+        paths.append(new)
+    return paths
+
+
+def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: pytest.Pytester) -> None:
+    early, middle, late = _runs(fake, "Early", "Middle", "Late")
+    comparison = pytest_vlaeval.compare(early, middle, late)
+
+    assert [run.path for run in comparison.runs] == [early, middle, late]
+    overall = comparison.row(OVERALL, "short")
+    assert [e.sr if e else None for e in overall.estimates] == [0.0, pytest.approx(2 / 3), 1.0]
+    for path, difference in zip((middle, late), overall.differences, strict=True):
+        gate = gate_compare(load_run(path)[1], early, max_drop=1.0, alpha=None)
+        assert gate.paired_drop is not None and difference is not None
+        assert difference.difference == pytest.approx(-gate.paired_drop[0])
+        assert difference.interval == pytest.approx((-gate.paired_drop[1][1], -gate.paired_drop[1][0]))
+        assert (difference.seeds, difference.p_value) == (3, gate.p_value)
+    assert {(r.axis, r.name) for r in comparison.rows} == {
+        (OVERALL, "short"),
+        ("split", "Short"),
+        ("memory type", "Object"),
+        ("memory type", "Spatial"),
+        ("task", "Alpha-v0"),
+        ("task", "Beta-v0"),
+    }
+    assert comparison.row("task", "Alpha-v0").estimates[1].sr == pytest.approx(2 / 3)
+
+
+def test_the_command_prints_the_table_and_writes_markdown_and_html(fake: pytest.Pytester, tmp_path: Path) -> None:
+    runs = _runs(fake, "Early", "Middle", "Late")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.report.compare", *map(str, runs), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    table = (out / "compare.md").read_text(encoding="utf-8")
+    assert table in done.stdout
+    assert "| overall short | 0.0% [0-56%] | 66.7% [21-94%] | 100.0% [44-100%] | +66.7 [" in table
+    page = read_page(out / "compare.html")
+    assert len(page.rows["comparison"]) == 6
+    assert "curves" in page.ids
+    html = (out / "compare.html").read_text(encoding="utf-8")
+    assert html.count('<g class="curve"') == 4  # overall, one split, two memory types
+
+
+def test_runs_of_different_protocols_are_refused_with_one_line(fake: pytest.Pytester, tmp_path: Path) -> None:
+    (first,) = _runs(fake, "Early")
+    (other,) = _runs(fake, "Late", extra=("--episodes=2",))
+    with pytest.raises(ComparisonError, match="different benchmark or protocol"):
+        pytest_vlaeval.compare(first, other)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.report.compare", str(first), str(other), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "n_episodes_per_task 2 vs 3" in done.stderr
+    assert not (tmp_path / "compare.md").exists()
+
+
+def test_a_folder_that_is_no_run_is_refused_with_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ComparisonError, match="not a run directory"):
+        pytest_vlaeval.compare(tmp_path)
