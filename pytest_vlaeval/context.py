@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pytest_vlaeval.results.rundir import RunDir, shard_label
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.results.sequential_gate import SequentialSettings
+    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
     from pytest_vlaeval.spec import Selection
 
 

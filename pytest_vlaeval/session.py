@@ -25,8 +25,8 @@ from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
     from pytest_vlaeval.episodes.runner import EpisodeRunner
+    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
     from pytest_vlaeval.results.record import EpisodeRecord
-    from pytest_vlaeval.results.sequential_gate import SequentialSettings
     from pytest_vlaeval.results.store import RunStore
 
 THIRD_PARTY_WARNINGS = (
@@ -89,7 +89,7 @@ def _start_controller(
     sequential = None
     try:
         if run.sequential:
-            from pytest_vlaeval.results.sequential_gate import SequentialGate
+            from pytest_vlaeval.gate.sequential_gate import SequentialGate
 
             sequential = SequentialGate.create(run)
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
@@ -211,7 +211,7 @@ def _check_numeric_options(config: pytest.Config) -> None:
 
 
 def _sequential(config: pytest.Config) -> SequentialSettings | None:
-    from pytest_vlaeval.results.sequential_gate import settings
+    from pytest_vlaeval.gate.sequential_gate import settings
 
     return settings(
         sequential=config.getoption("vla_sequential"),

@@ -29,10 +29,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from pytest_vlaeval.results.gate import FAIL, PASS, UNDECIDED
-from pytest_vlaeval.results.sequential import drop_bounds, drop_verdict
-from pytest_vlaeval.results.sequential_gate import DEFAULT_BLOCK
-from pytest_vlaeval.results.stats import mcnemar_exact, sign_flip_exact
+from pytest_vlaeval.gate.fixed import FAIL, PASS, UNDECIDED
+from pytest_vlaeval.gate.sequential import drop_bounds, drop_verdict
+from pytest_vlaeval.gate.sequential_gate import DEFAULT_BLOCK
+from pytest_vlaeval.gate.stats import mcnemar_exact, sign_flip_exact
 
 TASKS = (3, 10, 38)
 EPISODES = (10, 50)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from helpers import assert_one_line_usage_error, read_json, run_dir
 
-from pytest_vlaeval.results.gate import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED
-from pytest_vlaeval.results.sequential import betting_bounds, drop_verdict, min_sr_verdict
-from pytest_vlaeval.results.sequential_gate import DEFAULT_UNDECIDED_EXIT
-from pytest_vlaeval.results.stats import (
+from pytest_vlaeval.gate.fixed import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED
+from pytest_vlaeval.gate.sequential import betting_bounds, drop_verdict, min_sr_verdict
+from pytest_vlaeval.gate.sequential_gate import DEFAULT_UNDECIDED_EXIT
+from pytest_vlaeval.gate.stats import (
     mcnemar_exact,
     paired_seed_sums,
     seed_clustered_interval,

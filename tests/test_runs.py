@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import read_json, run_dir
 
-from pytest_vlaeval.results.gate import EXIT_GATE_FAILED
+from pytest_vlaeval.gate.fixed import EXIT_GATE_FAILED
+from pytest_vlaeval.gate.stats import mcnemar_exact, sign_flip_exact, wilson
 from pytest_vlaeval.results.merge import main as merge_main
-from pytest_vlaeval.results.stats import mcnemar_exact, sign_flip_exact, wilson
 from pytest_vlaeval.results.subset import shard
 from pytest_vlaeval.spec import resolve_benchmark, select
 

@@ -24,16 +24,16 @@ from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
 from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, SpecError, WorkerCrash
+from pytest_vlaeval.gate.fixed import compare
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
 from pytest_vlaeval.results.canonical import summary, write_canonical
-from pytest_vlaeval.results.gate import compare
 from pytest_vlaeval.results.record import EpisodeRecord, error_record
 from pytest_vlaeval.results.schema import Canonical
 from pytest_vlaeval.results.store import RunStore, latest
-from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.results.gate import GateResult
-    from pytest_vlaeval.results.sequential_gate import SequentialGate
+    from pytest_vlaeval.gate.fixed import GateResult
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate
 
 JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
 """Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session

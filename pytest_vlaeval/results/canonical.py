@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timezone
 
+from pytest_vlaeval.gate.stats import group_sr, seed_clustered_interval, success_rate, wilson
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
-from pytest_vlaeval.results.stats import group_sr, seed_clustered_interval, success_rate, wilson
 from pytest_vlaeval.results.store import latest, write_json_atomic
 from pytest_vlaeval.spec import Selection, Task
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval.gate.sequential import drop_bounds
+from pytest_vlaeval.gate.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, sign_flip_exact
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED, VERDICT_PREFIX
 from pytest_vlaeval.results.schema import ReferenceTaskResult, TaskResult
-from pytest_vlaeval.results.sequential import drop_bounds
-from pytest_vlaeval.results.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, sign_flip_exact
-from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED, VERDICT_PREFIX
 
 __all__ = ["EXIT_GATE_FAILED", "FAIL", "PASS", "UNDECIDED", "VERDICT_PREFIX", "GateResult", "compare"]
 

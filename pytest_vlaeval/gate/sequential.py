@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from pytest_vlaeval.results.verdict import FAIL, PASS, UNDECIDED
+from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED
 
 GRID = np.linspace(0.0, 1.0, 401)
 """Candidate means; bounds are widened by one step so the grid never makes them narrower."""

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results.gate import load_baseline, outcomes_by_task
+from pytest_vlaeval.gate.fixed import load_baseline, outcomes_by_task
+from pytest_vlaeval.gate.sequential import drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
+from pytest_vlaeval.gate.stats import Outcomes, group_sr, paired_seed_sums
+from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX
 from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.results.sequential import drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
-from pytest_vlaeval.results.stats import Outcomes, group_sr, paired_seed_sums
-from pytest_vlaeval.results.verdict import PASS, UNDECIDED, VERDICT_PREFIX
 
 if TYPE_CHECKING:
     from pytest_vlaeval.context import RunContext
