@@ -20,6 +20,7 @@ from pytest_vlaeval.gate.stats import (
     paired_seed_sums,
     seed_clustered_interval,
     sign_flip_exact,
+    t_quantile,
     wilson,
 )
 
@@ -33,17 +34,28 @@ def test_seed_clustered_interval_known_values() -> None:
     outcomes = {s: s % 2 == 0 for s in range(10)}  # 5 of 10
     assert seed_clustered_interval([outcomes]) == wilson(5, 10), "one task: its own Wilson interval"
     # Two tasks with identical outcomes: per-seed means are 0 or 1, so there are only 10
-    # independent episodes, not 20 (the old task-independent interval used 20).
-    assert seed_clustered_interval([outcomes, outcomes]) == pytest.approx(wilson(5, 10))
+    # independent episodes, not 20 (the old task-independent interval used 20); the variance
+    # comes from 10 seeds, so the quantile is t's on 9 degrees of freedom, not the normal z.
+    t9 = t_quantile(0.975, 9)
+    assert seed_clustered_interval([outcomes, outcomes]) == pytest.approx(wilson(5, 10, t9))
     # Opposite outcomes: every seed's mean is 1/2, variance 0: as informative as 20 episodes.
     opposite = {s: not y for s, y in outcomes.items()}
-    assert seed_clustered_interval([outcomes, opposite]) == pytest.approx(wilson(10, 20))
+    assert seed_clustered_interval([outcomes, opposite]) == pytest.approx(wilson(10, 20, t9))
     # Unbalanced: A on seeds 1-4 (SR 1/2), B on seeds 1-2 (SR 1). Estimate 3/4; residuals
     # r_s = (Y_As - 1/2)/8 = +-1/16, sum of squares 4/256, times 4/3 = 1/48; effective episodes
-    # (3/4)(1/4) * 48 = 9, kept within [4 seeds, 6 episodes] -> Wilson(4.5 of 6).
+    # (3/4)(1/4) * 48 = 9, kept within [4 seeds, 6 episodes] -> Wilson(4.5 of 6), t on 3 df.
     a = {1: True, 2: False, 3: True, 4: False}
     b = {1: True, 2: True}
-    assert seed_clustered_interval([a, b]) == pytest.approx(wilson(4.5, 6))
+    assert seed_clustered_interval([a, b]) == pytest.approx(wilson(4.5, 6, t_quantile(0.975, 3)))
+    assert seed_clustered_interval([{1: True}, {1: False}]) == (0.0, 1.0), "one seed: no spread to go by"
+
+
+def test_t_quantile_known_values() -> None:
+    expected = {1: 12.7062, 2: 4.3027, 4: 2.7764, 9: 2.2622, 49: 2.0096}  # tables, 97.5%
+    assert {df: round(t_quantile(0.975, df), 4) for df in expected} == expected
+    assert t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-9) and t_quantile(0.95, 10) == pytest.approx(
+        1.8125, abs=1e-4
+    )
 
 
 def test_paired_seed_sums_and_the_sign_flip_test_known_values() -> None:
