@@ -24,7 +24,9 @@ class RunContext:
     rerun: str | None = None
     baseline: Path | None = None
     max_drop: float = 0.05
-    gate_alpha: float | None = None
+    gate_alpha: float = 0.05
+    undecided_exit: int = 7
+    """Exit status when the gate cannot decide."""
     timeout: float | None = None
     video: str = "none"
     episodes: frozenset[tuple[str, int]] = frozenset()

@@ -25,7 +25,8 @@ from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
     from pytest_vlaeval.episodes.runner import EpisodeRunner
-    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
+    from pytest_vlaeval.gate.fixed import FixedGate
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
     from pytest_vlaeval.results.record import EpisodeRecord
     from pytest_vlaeval.results.store import RunStore
 
@@ -86,12 +87,11 @@ def _start_controller(
     from pytest_vlaeval.envs import render
     from pytest_vlaeval.results.store import fingerprint
 
-    sequential = None
     try:
-        if run.sequential:
-            from pytest_vlaeval.gate.sequential_gate import SequentialGate
-
-            sequential = SequentialGate.create(run)
+        gate = _gate(run)
+        if config.getoption("vla_gate_plan"):
+            _print_plan(gate, run)
+        sequential = gate if run.sequential else None
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(config, run.selection, sequential.scheduling() if sequential else None)
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
@@ -105,7 +105,33 @@ def _start_controller(
 
         # Episodes here, and on xdist workers (via their workerinput), use the shared server.
         runner.policy_spec = serve_session(config, run.policy_spec, run.dir.server_log)
-    config.pluginmanager.register(ResultsController(run, store, history, sequential), "vlaeval-controller")
+    config.pluginmanager.register(ResultsController(run, store, history, gate), "vlaeval-controller")
+
+
+def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> None:
+    """``--vla-gate-plan``: the seeds the gate needs to decide, then exit before any episode."""
+    from pytest_vlaeval.gate.plan import budget_table
+
+    if gate is None:
+        raise SpecError("--vla-gate-plan plans a gate: add --vla-baseline=DIR or --vla-sequential --vla-min-sr=X")
+    lines = budget_table(gate.design, gate.tasks)
+    print("\n".join(lines), flush=True)
+    pytest.exit(f"--vla-gate-plan: no episode run (this run's budget: --episodes={run.selection.episodes})", 0)
+
+
+def _gate(run: RunContext) -> FixedGate | SequentialGate | None:
+    """The gate this session judges by, its baseline read and checked now, before any episode runs."""
+    from pytest_vlaeval.gate.baseline import load_baseline
+    from pytest_vlaeval.gate.fixed import FixedGate
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate
+
+    selection = run.selection
+    baseline = None
+    if run.baseline is not None:
+        baseline = load_baseline(run.baseline, [t.env_id for t in selection.tasks], selection.seeds)
+    if run.sequential:
+        return SequentialGate.create(run.sequential, selection, run.max_drop, baseline)
+    return FixedGate.create(baseline, selection.seeds, run.max_drop, run.gate_alpha) if baseline else None
 
 
 def _plan(run: RunContext, history: list[EpisodeRecord]) -> RunContext:
@@ -177,6 +203,7 @@ def _run_context(config: pytest.Config) -> RunContext:
         baseline=Path(baseline) if baseline else None,
         max_drop=config.getoption("vla_max_drop"),
         gate_alpha=config.getoption("vla_gate_alpha"),
+        undecided_exit=config.getoption("vla_undecided_exit"),
         timeout=config.getoption("vla_timeout"),
         video=config.getoption("vla_video"),
         sequential=_sequential(config),
@@ -208,6 +235,7 @@ def _check_numeric_options(config: pytest.Config) -> None:
     _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
     _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
     _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
+    _check_range("--vla-undecided-exit", config.getoption("vla_undecided_exit"), 0, 255)
 
 
 def _sequential(config: pytest.Config) -> SequentialSettings | None:
@@ -220,7 +248,6 @@ def _sequential(config: pytest.Config) -> SequentialSettings | None:
         min_sr=config.getoption("vla_min_sr"),
         alpha=config.getoption("vla_gate_alpha"),
         block=config.getoption("vla_block"),
-        undecided_exit=config.getoption("vla_undecided_exit"),
     )
 
 

@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 from helpers import assert_one_line_usage_error, read_json, run_dir
 
-from pytest_vlaeval.gate.fixed import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED
-from pytest_vlaeval.gate.sequential import betting_bounds, drop_verdict, min_sr_verdict
-from pytest_vlaeval.gate.sequential_gate import DEFAULT_UNDECIDED_EXIT
+from pytest_vlaeval.gate.sequential import betting_bounds
 from pytest_vlaeval.gate.stats import (
     mcnemar_exact,
     paired_seed_sums,
     seed_clustered_interval,
-    sign_flip_exact,
     t_quantile,
     wilson,
 )
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED, drop_verdict, min_sr_verdict
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
+UNDECIDED_EXIT = 7
+"""``--vla-undecided-exit``'s default."""
 
 
 # -- the statistics, against values worked out by hand -------------------------------------------
@@ -58,16 +58,12 @@ def test_t_quantile_known_values() -> None:
     )
 
 
-def test_paired_seed_sums_and_the_sign_flip_test_known_values() -> None:
+def test_paired_seed_sums_known_values() -> None:
     current = {"A": {1: True, 2: False, 3: True}, "B": {1: False, 2: False}, "C": {1: True}}
     baseline = {"A": {1: True, 2: True, 3: True}, "B": {1: True, 2: False, 3: True}}
     # Compared tasks A and B; seed 3 has no B episode in this run, so it leaves the comparison.
     assert paired_seed_sums(current, baseline) == {1: -1, 2: -1}
-    # One task: the sign-flip test is the exact McNemar test.
-    assert sign_flip_exact([-1] * 10 + [1] * 2) == pytest.approx(mcnemar_exact(10, 2)) == pytest.approx(158 / 4096)
-    # Sums -2, -1, +1: of the 8 sign flips, 6 give |sum| >= 2.
-    assert sign_flip_exact([-2, -1, 1]) == pytest.approx(0.75)
-    assert sign_flip_exact([0, 0]) == 1.0 and sign_flip_exact([-3, -3, -3]) == pytest.approx(2 / 8)
+    assert mcnemar_exact(10, 2) == pytest.approx(158 / 4096)
 
 
 def test_betting_confidence_sequence_covers_at_every_look() -> None:
@@ -118,7 +114,7 @@ def test_sequential_gate_stops_a_regressed_run_early_under_xdist_and_resumes(fak
             "the sequential gate stopped early: * episodes not needed (not errors); complete the canonical run with: "
             "pytest * --vla-resume",
             "vlaeval gate: FAIL: split SR drop +1.000 ?95% CS +0.*, +1.000? vs max drop 0.050 after * looks (* seeds), "
-            "stopped early (* episodes saved); method: anytime-valid betting confidence sequence*, alpha 0.05",
+            "stopped early (* episodes saved); method: sequential betting confidence sequence, seeds as the unit (2 tasks < 10), alpha 0.05",
         ]
     )
     directory = run_dir(fake)
@@ -164,14 +160,14 @@ def test_sequential_gate_passes_early_serially_in_block_order(fake: pytest.Pytes
         ]
     )
     gate = read_json(run_dir(fake) / "summary.json")["gate"]
-    assert gate["verdict"] == PASS and gate["episodes_saved"] == 20 and gate["confidence_sequence"][1] <= 0.5
+    assert gate["verdict"] == PASS and gate["episodes_saved"] == 20 and gate["bounds"][1] <= 0.5
 
 
 def test_sequential_gate_undecided_has_its_own_exit_status(fake: pytest.Pytester) -> None:
     same = _baseline(fake, "same", 4, False)
     args = [*SHORT, "--episodes=4", "--policy=zero", "--vla-block=2", "--vla-sequential", f"--vla-baseline={same}"]
     result = fake.runpytest(*args)
-    assert result.ret == DEFAULT_UNDECIDED_EXIT
+    assert result.ret == UNDECIDED_EXIT
     result.stdout.fnmatch_lines(
         [
             "vlaeval gate: UNDECIDED: split SR drop +0.000 ?95% CS *? vs max drop 0.050 after 2 looks (4 seeds); method: *"
@@ -202,13 +198,13 @@ def test_min_sr_gate_stops_as_soon_as_the_split_sr_is_known_below(fake: pytest.P
         (["--vla-sequential", "--vla-min-sr=0.5", "--vla-block=0"], "--vla-block must be >= 1 seed, got 0"),
         (
             ["--vla-sequential", "--vla-min-sr=0.5", "--vla-undecided-exit=300"],
-            "--vla-undecided-exit must be an exit status",
+            "--vla-undecided-exit must be in [0, 255], got 300",
         ),
         (["--vla-sequential", "--vla-min-sr=0.5", "-n", "2", "--dist=load"], "--vla-sequential orders seeds in blocks"),
         (["--vla-sequential", "--vla-min-sr=0.5", "--vla-shard=1/2"], "it does not combine with --vla-shard"),
         (
             ["--vla-sequential", "--vla-baseline=noseeds"],
-            "has no per-seed results (episode_seeds) for any selected task",
+            "noseeds/Alpha-v0.json: no episode_seeds field; the gate pairs episodes by seed",
         ),
     ],
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import read_json
 
-from pytest_vlaeval.gate.fixed import EXIT_GATE_FAILED
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
 
 pytestmark = pytest.mark.mikasa
 

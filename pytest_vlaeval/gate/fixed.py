@@ -1,31 +1,43 @@
-"""The regression gate: compare this run with a baseline and decide pass or fail.
+"""The fixed gate: one paired comparison with the baseline once every episode has run.
 
-A baseline is a directory of per-task JSON files in the canonical schema: one of our run
-directories, or the benchmark's reference runner's output. Split SRs are compared over the
-tasks both runs have (means of per-task SRs, like with like). Where both runs evaluated the
-same seeds, the comparison is paired with the seed as the unit (``stats``): the split SR
-difference on those seeds with its interval, and an exact sign-flip p-value that stays valid
-when tasks sharing a seed are correlated. Each task also gets its exact McNemar p-value.
+Seeds are the unit (``stats``): on the seeds where every compared task has a completed episode
+in both runs, the per-seed drop x_s = mean over tasks of (Y_base - Y_new) is independent across
+seeds, and the split SR drop on those seeds is their mean. That paired drop both decides and is
+reported. The test is one-sided, of "the drop is at most max drop": FAIL only when a one-sided
+(1 - alpha) lower bound of the drop is above max drop, so a run whose true drop is max drop or
+less FAILs with probability at most alpha. The bound comes from the method ``sequential.choose``
+picks when the session starts: the t test on the per-seed drops (variance floored) where that is
+safe, else the betting confidence sequence, valid for any distribution. When even a drop of 1 on
+every seed could not give FAIL with the seeds that can pair, the verdict is UNDECIDED (said at
+session start), never PASS. Each task also gets its exact McNemar p-value, for the report.
 
-The session fails with ``EXIT_GATE_FAILED`` when the split SR dropped by more than
-``max_drop`` (and, when ``alpha`` is set, the drop is significant at that level). pytest's own
-"N failed" is expected in any evaluation, so the verdict gets a line of its own.
+pytest's own "N failed" is expected in any evaluation, so the verdict gets a line of its own.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.gate.sequential import drop_bounds
-from pytest_vlaeval.gate.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, sign_flip_exact
-from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, PASS, UNDECIDED, VERDICT_PREFIX
-from pytest_vlaeval.results.schema import ReferenceTaskResult, TaskResult
+import numpy as np
 
-__all__ = ["EXIT_GATE_FAILED", "FAIL", "PASS", "UNDECIDED", "VERDICT_PREFIX", "GateResult", "compare"]
+from pytest_vlaeval.gate.baseline import Baseline
+from pytest_vlaeval.gate.plan import Design, start_lines
+from pytest_vlaeval.gate.sequential import Method, method_for, running_bounds
+from pytest_vlaeval.gate.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums
+from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, VERDICT_PREFIX
+
+
+def drop_lower_bound(drops: Sequence[float], method: Method, alpha: float) -> float:
+    """One-sided (1 - alpha) lower bound of the mean per-seed drop (values in [-1, 1]), one look."""
+    lower, _ = running_bounds(np.asarray(drops, dtype=float), method, alpha, 1, (-1.0, 1.0))
+    return float(lower[-1])
+
+
+def can_fail(seeds: int, method: Method, alpha: float, max_drop: float) -> bool:
+    """Whether ``seeds`` paired seeds could FAIL at all: a drop of 1 on every seed would."""
+    return seeds > 0 and drop_lower_bound([1.0] * seeds, method, alpha) > max_drop
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,7 @@ class TaskComparison:
     env_id: str
     baseline_sr: float
     current_sr: float
+    """Both on the paired seeds."""
     paired_seeds: int
     baseline_only: int
     current_only: int
@@ -47,143 +60,141 @@ class TaskComparison:
 
 
 @dataclass(frozen=True)
-class GateResult:
-    baseline: str
+class FixedGate:
+    """The fixed gate as settled when the session starts: baseline, threshold, level and method."""
+
+    baseline: Baseline
     max_drop: float
-    alpha: float | None
+    alpha: float
+    method: Method
+    seeds: int
+    """Seeds this run can pair with the baseline on every compared task, if none errors."""
+
+    @classmethod
+    def create(cls, baseline: Baseline, seeds: Sequence[int], max_drop: float, alpha: float) -> FixedGate:
+        wanted = set(seeds)
+        pairable = len(set.intersection(*(set(o) & wanted for o in baseline.outcomes.values())))
+        return cls(baseline, max_drop, alpha, method_for(baseline.srs(), pairable), pairable)
+
+    @property
+    def tasks(self) -> int:
+        return len(self.baseline.outcomes)
+
+    def design(self, seeds: int) -> Design:
+        """This gate at a budget of ``seeds`` paired seeds, for the plan."""
+        method = method_for(self.baseline.srs(), seeds)
+        return Design(method, self.alpha, seeds, self.max_drop, sequential=False)
+
+    def start_lines(self) -> list[str]:
+        """What to say before any episode runs: the plan, and that the gate cannot FAIL, when it cannot."""
+        lines = start_lines(self.design(self.seeds), self.tasks, self.seeds)
+        if not can_fail(self.seeds, self.method, self.alpha, self.max_drop):
+            lines.append(
+                f"{VERDICT_PREFIX}: this run pairs {self.seeds} seeds with the baseline: too few to show a drop above "
+                f"{self.max_drop:g} at alpha {self.alpha:g} ({self._method_note}); run more episodes (--episodes). "
+                f"The verdict will be {UNDECIDED}"
+            )
+        return lines
+
+    @property
+    def _method_note(self) -> str:
+        return f"{self.method.name}: {self.method.reason}"
+
+    def judge(self, per_task: Sequence[Mapping[str, Any]]) -> GateResult:
+        """The verdict on this run's per-task results (canonical ``TaskResult`` records)."""
+        current = {r["env_id"]: dict(zip(r["episode_seeds"], r["successes"], strict=True)) for r in per_task}
+        current = {t: o for t, o in current.items() if o}
+        compared = [t for t in self.baseline.outcomes if t in current]
+        not_run = [t for t in self.baseline.outcomes if t not in current]
+        sums = paired_seed_sums({t: current[t] for t in compared}, {t: self.baseline.outcomes[t] for t in compared})
+        tasks = [_task(t, current[t], self.baseline.outcomes[t], list(sums)) for t in compared]
+        return GateResult(self, tasks, {s: -k / len(compared) for s, k in sums.items()}, tuple(not_run))
+
+
+def _task(env_id: str, current: Outcomes, baseline: Outcomes, seeds: list[int]) -> TaskComparison:
+    return TaskComparison(
+        env_id=env_id,
+        baseline_sr=sum(baseline[s] for s in seeds) / len(seeds) if seeds else 0.0,
+        current_sr=sum(current[s] for s in seeds) / len(seeds) if seeds else 0.0,
+        paired_seeds=len(seeds),
+        baseline_only=sum(baseline[s] and not current[s] for s in seeds),
+        current_only=sum(current[s] and not baseline[s] for s in seeds),
+    )
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: FixedGate
     tasks: list[TaskComparison] = field(default_factory=list)
-    seed_sums: dict[int, int] = field(default_factory=dict)
-    """Per paired seed, the sum over tasks of Y_new - Y_base (``stats.paired_seed_sums``)."""
-    problem: str | None = None
+    drops: dict[int, float] = field(default_factory=dict)
+    """Per paired seed, the mean over compared tasks of Y_base - Y_new."""
+    not_run: tuple[str, ...] = ()
+    """Tasks of the baseline with no completed episode in this run."""
 
     @property
-    def baseline_sr(self) -> float:
-        return group_sr(t.baseline_sr for t in self.tasks)
+    def drop(self) -> float | None:
+        return sum(self.drops.values()) / len(self.drops) if self.drops else None
 
     @property
-    def current_sr(self) -> float:
-        return group_sr(t.current_sr for t in self.tasks)
+    def lower_bound(self) -> float | None:
+        return drop_lower_bound(list(self.drops.values()), self.gate.method, self.gate.alpha) if self.drops else None
 
     @property
-    def drop(self) -> float:
-        return self.baseline_sr - self.current_sr
-
-    @property
-    def paired_drop(self) -> tuple[float, tuple[float, float]] | None:
-        """The split SR drop on the paired seeds, with its 95% interval (seeds as the unit; the
-        sequential gate's confidence sequence at its last point, valid at any number of seeds)."""
-        if not self.seed_sums:
-            return None
-        estimate, lower, upper = drop_bounds([k / len(self.tasks) for k in self.seed_sums.values()], 0.05)
-        return float(estimate[-1]), (float(lower[-1]), float(upper[-1]))
-
-    @property
-    def p_value(self) -> float | None:
-        return sign_flip_exact(list(self.seed_sums.values())) if self.seed_sums else None
+    def decidable(self) -> bool:
+        return can_fail(len(self.drops), self.gate.method, self.gate.alpha, self.gate.max_drop)
 
     @property
     def outcome(self) -> str:
-        if self.problem:
-            return FAIL
-        if self.drop <= self.max_drop:
-            return PASS
-        significant = self.alpha is None or (self.p_value is not None and self.p_value < self.alpha)
-        return FAIL if significant else PASS
+        if not self.decidable:
+            return UNDECIDED
+        assert self.lower_bound is not None
+        return FAIL if self.lower_bound > self.gate.max_drop else PASS
 
     @property
     def passed(self) -> bool:
         return self.outcome == PASS
 
+    @property
+    def not_compared(self) -> str:
+        parts = [self.gate.baseline.not_compared]
+        if self.not_run:
+            parts.append(f"no completed episode in this run: {', '.join(self.not_run)}")
+        return "; ".join(p for p in parts if p)
+
     def verdict(self) -> str:
-        if self.problem:
-            return f"{VERDICT_PREFIX}: {FAIL}: {self.problem}"
-        relation = "<=" if self.drop <= self.max_drop else ">"
-        line = (
-            f"{VERDICT_PREFIX}: {self.outcome}: split SR {self.current_sr:.3f} vs baseline {self.baseline_sr:.3f} over "
-            f"{len(self.tasks)} tasks (drop {self.drop:+.3f} {relation} {self.max_drop:.3f})"
-        )
-        paired = self.paired_drop
-        if paired is not None:
-            drop, (low, high) = paired
-            line += (
-                f"; paired on {len(self.seed_sums)} seeds: drop {drop:+.3f} [95% CI {low:+.3f}, {high:+.3f}], "
-                f"seed-level sign-flip exact p={self.p_value:.4g}"
+        gate = self.gate
+        level = f"one-sided {1 - gate.alpha:.0%} lower bound"
+        if self.drop is None:
+            what = "no seed has a completed episode of every compared task in both runs"
+        else:
+            assert self.lower_bound is not None
+            relation = ">" if self.lower_bound > gate.max_drop else "<="
+            base = group_sr(t.baseline_sr for t in self.tasks)
+            what = (
+                f"split SR drop {self.drop:+.3f} paired on {len(self.drops)} seeds x {len(self.tasks)} tasks "
+                f"({level} {self.lower_bound:+.3f} {relation} max drop {gate.max_drop:.3f}; "
+                f"split SR {base - self.drop:.3f} vs baseline {base:.3f} on those seeds)"
             )
-            if self.alpha is not None:
-                line += f", alpha {self.alpha:g}"
-        return line
+            if not self.decidable:
+                what += f"; {len(self.drops)} paired seeds cannot show a drop above max drop at this alpha"
+        missing = f"; not compared: {self.not_compared}" if self.not_compared else ""
+        return f"{VERDICT_PREFIX}: {self.outcome}: {what}{missing}; method: {self._method}, alpha {gate.alpha:g}"
+
+    @property
+    def _method(self) -> str:
+        return f"fixed {self.gate.method.name}, seeds as the unit ({self.gate.method.reason})"
 
     def as_dict(self) -> dict[str, Any]:
         """The gate's fields in ``summary.json``."""
-        paired = self.paired_drop
         return {
-            "method": "fixed: seed-level paired comparison, exact sign-flip test",
+            "method": self._method,
             "verdict": self.outcome,
             "verdict_line": self.verdict(),
-            "baseline": self.baseline,
-            "max_drop": self.max_drop,
-            "alpha": self.alpha,
-            "drop": self.drop if self.tasks else None,
-            "paired_seeds": len(self.seed_sums),
-            "paired_drop": paired[0] if paired else None,
-            "paired_drop_ci95": list(paired[1]) if paired else None,
-            "p_value": self.p_value,
+            "baseline": str(self.gate.baseline.directory),
+            "max_drop": self.gate.max_drop,
+            "alpha": self.gate.alpha,
+            "paired_seeds": len(self.drops),
+            "paired_drop": self.drop,
+            "paired_drop_lower_bound": self.lower_bound,
+            "not_compared": self.not_compared or None,
         }
-
-
-def load_baseline(path: Path) -> dict[str, ReferenceTaskResult]:
-    """Per-task results (env_id -> JSON) from a directory of canonical per-task files."""
-    if not path.is_dir():
-        raise FileNotFoundError(f"--vla-baseline {path}: not a directory")
-    found = {}
-    for file in sorted(path.glob("*.json")):
-        data = json.loads(file.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and "env_id" in data and "successes" in data:
-            found[data["env_id"]] = data
-    return found
-
-
-def task_outcomes(result: Mapping[str, Any]) -> dict[int, bool]:
-    """seed -> success of one per-task JSON (none when it lists no ``episode_seeds``)."""
-    return {int(s): bool(y) for s, y in zip(result.get("episode_seeds", []), result["successes"], strict=False)}
-
-
-def outcomes_by_task(results: Iterable[Mapping[str, Any]]) -> dict[str, Outcomes]:
-    return {r["env_id"]: task_outcomes(r) for r in results if r["successes"]}
-
-
-def compare(per_task: list[TaskResult], baseline_dir: Path, max_drop: float, alpha: float | None) -> GateResult:
-    try:
-        baseline = load_baseline(baseline_dir)
-    except (OSError, ValueError) as exc:
-        return GateResult(str(baseline_dir), max_drop, alpha, problem=f"cannot read the baseline: {exc}")
-    tasks = []
-    for current in per_task:
-        base = baseline.get(current["env_id"])
-        if base is None or not base["successes"]:
-            continue
-        mine, theirs = task_outcomes(current), task_outcomes(base)
-        paired = sorted(set(mine) & set(theirs))
-        tasks.append(
-            TaskComparison(
-                env_id=current["env_id"],
-                baseline_sr=float(base["sr"]),
-                current_sr=float(current["sr"]),
-                paired_seeds=len(paired),
-                baseline_only=sum(theirs[s] and not mine[s] for s in paired),
-                current_only=sum(mine[s] and not theirs[s] for s in paired),
-            )
-        )
-    if not tasks:
-        return GateResult(
-            str(baseline_dir),
-            max_drop,
-            alpha,
-            problem=f"no task of this run has results in the baseline {baseline_dir}",
-        )
-    compared = {t.env_id for t in tasks}
-    sums = paired_seed_sums(
-        {k: v for k, v in outcomes_by_task(per_task).items() if k in compared},
-        {k: v for k, v in outcomes_by_task(baseline.values()).items() if k in compared},
-    )
-    return GateResult(str(baseline_dir), max_drop, alpha, tasks, sums)
