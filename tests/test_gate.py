@@ -214,3 +214,222 @@ def test_sequential_gate_bad_options_are_one_line_errors(fake: pytest.Pytester, 
         json.dumps({"env_id": "Alpha-v0", "successes": [True], "sr": 1.0})
     )
     assert_one_line_usage_error(fake.runpytest(*SHORT, *args), expected)
+
+
+# -- baselines the gate cannot use: refused at session start, one line, exit 4 ------------------
+
+
+def _write_task(directory: Path, env_id: str, data: dict | str, *, prefix: str = "") -> None:
+    directory.mkdir(exist_ok=True)
+    text = data if isinstance(data, str) else json.dumps(data)
+    (directory / f"{env_id}.json").write_text(prefix + text, encoding="utf-8")
+
+
+def _task_json(env_id: str, seeds: list[int], success: bool = True) -> dict:
+    return {"env_id": env_id, "successes": [success] * len(seeds), "sr": float(success), "episode_seeds": seeds}
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (  # issue 17 item 5: a baseline sharing no seed with the run used to PASS
+            lambda d: [_write_task(d, e, _task_json(e, [1100, 1101, 1102])) for e in ("Alpha-v0", "Beta-v0")],
+            "no seed of this run is in the baseline for every compared task, so nothing can be paired "
+            "(it has seeds 1100-1102, this run needs 100-102",
+        ),
+        (  # item 6: a malformed file used to give a traceback after the whole evaluation
+            lambda d: _write_task(d, "Alpha-v0", {**_task_json("Alpha-v0", [100, 101, 102]), "sr": None}),
+            "Alpha-v0.json: sr is null, expected a success rate in [0, 1]",
+        ),
+        (
+            lambda d: _write_task(d, "Alpha-v0", {**_task_json("Alpha-v0", [100, 101]), "episode_seeds": ["a", 1.5]}),
+            'Alpha-v0.json: episode_seeds must be a list of seeds, got ["a", 1.5]',
+        ),
+        (  # item 11: path problems used to be found only after the evaluation, as exit 6
+            lambda d: None,
+            "baseline: no such directory",
+        ),
+        (lambda d: d.write_text("{}"), "baseline: a file; expected a directory of per-task results (<ENV_ID>.json)"),
+        (lambda d: d.mkdir(), "no selected task has a completed episode there (it has no per-task <ENV_ID>.json file"),
+        (
+            lambda d: _write_task(d, "Other-v0", _task_json("Other-v0", [100, 101, 102])),
+            "no selected task has a completed episode there (it has Other-v0; this run needs Alpha-v0, Beta-v0)",
+        ),
+        (lambda d: _write_task(d, "Alpha-v0", "{not json"), "Alpha-v0.json: not JSON (Expecting property name"),
+        (
+            lambda d: _write_task(d, "Alpha-v0", _task_json("Beta-v0", [100])),
+            "Alpha-v0.json: env_id is 'Beta-v0', expected 'Alpha-v0' (its file name)",
+        ),
+    ],
+)
+@pytest.mark.parametrize("sequential", [False, True])
+def test_a_baseline_the_gate_cannot_use_stops_the_session_before_any_episode(
+    fake: pytest.Pytester, build, expected: str, sequential: bool
+) -> None:
+    build(fake.path / "baseline")
+    extra = ["--vla-sequential"] if sequential else []
+    result = fake.runpytest(*SHORT, f"--vla-baseline={fake.path / 'baseline'}", *extra)
+    assert_one_line_usage_error(result, expected)
+    assert not (fake.path / "results").exists(), "refused before any episode ran or any file was written"
+
+
+def test_a_refused_baseline_leaves_the_run_s_files_agreeing(fake: pytest.Pytester) -> None:
+    """Issue 17 item 6: the previous session's report said PASS while its summary had no gate."""
+    fake.runpytest(*SHORT, "--episodes=20", "--vla-results=base")
+    (base,) = (fake.path / "base").iterdir()
+    assert fake.runpytest(*SHORT, "--episodes=20", f"--vla-baseline={base}").ret == pytest.ExitCode.OK
+    broken = fake.path / "broken"
+    _write_task(broken, "Alpha-v0", {**read_json(base / "Alpha-v0.json"), "sr": None})
+    result = fake.runpytest(*SHORT, "--episodes=20", f"--vla-baseline={broken}")
+    assert_one_line_usage_error(result, "broken/Alpha-v0.json: sr is null")
+    directory = run_dir(fake)
+    summary = read_json(directory / "summary.json")
+    assert (
+        summary["gate"]["verdict"] == PASS
+        and f"**{summary['gate']['verdict_line']}**" in (directory / "report.md").read_text()
+    )
+
+
+def test_a_byte_order_mark_and_an_unrelated_broken_summary_are_harmless(fake: pytest.Pytester) -> None:
+    fake.runpytest(*SHORT, "--episodes=20", "--vla-results=base")
+    (base,) = (fake.path / "base").iterdir()
+    marked = fake.path / "marked"
+    for env_id in ("Alpha-v0", "Beta-v0"):
+        _write_task(marked, env_id, (base / f"{env_id}.json").read_text(), prefix="\ufeff")
+    (marked / "summary.json").write_text("{broken")
+    result = fake.runpytest(*SHORT, "--episodes=20", f"--vla-baseline={marked}")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["vlaeval gate: PASS: split SR drop +0.000 paired on 20 seeds x 2 tasks*"])
+
+
+# -- the fixed gate without holes ---------------------------------------------------------------
+
+
+def test_fixed_gate_that_cannot_fail_says_so_first_and_is_undecided(fake: pytest.Pytester) -> None:
+    """Five paired seeds used to PASS a drop of 1 (the sign-flip p can never go below 1/16)."""
+    better = _baseline(fake, "better", 5, True)
+    result = fake.runpytest(*SHORT, "--episodes=5", "--policy=zero", f"--vla-baseline={better}")
+    assert result.ret == UNDECIDED_EXIT
+    result.stdout.fnmatch_lines(
+        [
+            "vlaeval gate plan: betting confidence sequence (2 tasks < 10); earliest PASS at not within this budget, "
+            "earliest FAIL at not within this budget of 5",
+            "vlaeval gate: this run pairs 5 seeds with the baseline: too few to show a drop above 0.05 at alpha 0.05*",
+            "*Alpha-v0 seed 100*",
+            "vlaeval gate: UNDECIDED: split SR drop +1.000 paired on 5 seeds x 2 tasks*; 5 paired seeds cannot show "
+            "a drop above max drop at this alpha*",
+        ]
+    )
+    assert read_json(run_dir(fake) / "summary.json")["gate"]["verdict"] == UNDECIDED
+
+
+def test_fixed_gate_fails_only_a_drop_significantly_above_max_drop(fake: pytest.Pytester) -> None:
+    """A point drop of 0.075 > 0.05 on 20 seeds is no evidence that the drop exceeds 0.05: PASS
+    (the point-estimate gate, the old default, said FAIL)."""
+    fake.runpytest(*SHORT, "--episodes=20", "--vla-results=base")
+    (base,) = (fake.path / "base").iterdir()
+    lifted = fake.path / "lifted"
+    for env_id in ("Alpha-v0", "Beta-v0"):
+        data = read_json(base / f"{env_id}.json")
+        if env_id == "Alpha-v0":
+            failed = [i for i, y in enumerate(data["successes"]) if not y][:3]
+            assert len(failed) == 3
+            for i in failed:
+                data["successes"][i] = True
+            data["sr"] = sum(data["successes"]) / len(data["successes"])
+        _write_task(lifted, env_id, data)
+    result = fake.runpytest(*SHORT, "--episodes=20", f"--vla-baseline={lifted}")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["vlaeval gate: PASS: split SR drop +0.075 paired on 20 seeds x 2 tasks*"])
+
+
+# -- the variance-adaptive method, chosen by the rule, under xdist -------------------------------
+
+WIDE_TASKS = [f"Wide{i:02d}-v0" for i in range(12)]
+
+
+@pytest.fixture
+def wide(fake: pytest.Pytester) -> pytest.Pytester:
+    """The fake benchmark with a split of 12 tasks: enough for the group-sequential t test."""
+    rows = "".join(
+        f"  - {{env_id: {t}, split: wide, memory_type: Object, max_steps: 4, instruction: wide {i}}}\n"
+        for i, t in enumerate(WIDE_TASKS)
+    )
+    fake.makefile(
+        ".yaml", wide=(Path(__file__).parent / "fake.yaml").read_text().replace("name: fake", "name: wide") + rows
+    )
+    return fake
+
+
+WIDE = ["--benchmark=wide.yaml:wide", "-p", "no:cacheprovider", "--episodes=30"]
+
+
+def test_group_sequential_gate_passes_early_under_xdist(wide: pytest.Pytester) -> None:
+    wide.runpytest(*WIDE, "--vla-results=base")
+    (base,) = (wide.path / "base").iterdir()
+    result = wide.runpytest_subprocess(
+        *WIDE, "--vla-sequential", f"--vla-baseline={base}", "--vla-max-drop=0.2", "-n", "2"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, reference SR 0.*); earliest PASS at 10 "
+            "seeds, earliest FAIL at 10 seeds of 30",
+            "vlaeval gate: PASS: split SR drop +0.000 ?95% bounds -*? vs max drop 0.200 after 2 looks (10 seeds), "
+            "stopped early (* episodes saved); method: sequential group-sequential t test, seeds as the unit "
+            "(12 tasks, 30 seeds, reference SR 0.*), alpha 0.05",
+        ]
+    )
+    gate = read_json(run_dir(wide) / "summary.json")["gate"]
+    assert gate["verdict"] == PASS and gate["stopped_early"] and gate["seeds_looked_at"] == 10
+
+
+def test_group_sequential_gate_fails_early_under_xdist(wide: pytest.Pytester) -> None:
+    baseline = wide.path / "half"
+    for i, env_id in enumerate(WIDE_TASKS):  # every task at SR 1/2, on alternating seeds
+        seeds = list(range(100, 130))
+        data = {"env_id": env_id, "successes": [(s + i) % 2 == 0 for s in seeds], "sr": 0.5, "episode_seeds": seeds}
+        _write_task(baseline, env_id, data)
+    result = wide.runpytest_subprocess(
+        *WIDE, "--policy=zero", "--vla-sequential", f"--vla-baseline={baseline}", "-n", "2"
+    )
+    assert result.ret == EXIT_GATE_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "vlaeval gate: FAIL: split SR drop +0.500 ?95% bounds +0.*? vs max drop 0.050 after 2 looks (10 seeds), "
+            "stopped early (* episodes saved); method: sequential group-sequential t test*"
+        ]
+    )
+
+
+def test_min_sr_mode_chooses_its_method_by_the_same_rule(wide: pytest.Pytester) -> None:
+    args = [*WIDE, "--policy=zero", "--vla-sequential"]
+    result = wide.runpytest(*args, "--vla-min-sr=0.5")
+    assert result.ret == EXIT_GATE_FAILED
+    result.stdout.fnmatch_lines(
+        ["vlaeval gate: FAIL: split SR 0.000 ?95% bounds *? vs min SR 0.500 after 2 looks (10 seeds)*group-sequential*"]
+    )
+    extreme = wide.runpytest(*args, "--vla-min-sr=0.95", "--vla-run-name=extreme")
+    extreme.stdout.fnmatch_lines(
+        ["*method: sequential betting confidence sequence*(reference SR 0.95 outside ?0.1, 0.9?)*"]
+    )
+
+
+# -- plans before spending -------------------------------------------------------------------
+
+
+def test_gate_plan_prints_the_budgets_and_runs_no_episode(wide: pytest.Pytester) -> None:
+    wide.runpytest(*WIDE, "--vla-results=base")
+    (base,) = (wide.path / "base").iterdir()
+    result = wide.runpytest(*WIDE, f"--vla-baseline={base}", "--vla-sequential", "--vla-gate-plan", "--vla-results=r")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "| seeds | method | true drop 0 | true drop 0.1 |",
+            "| 10 | group-sequential t test | correct *",
+            "| 300 | group-sequential t test | correct *",
+            "vlaeval gate plan: 12 tasks: *",
+        ]
+    )
+    assert not (wide.path / "r").exists(), "no episode ran"
+    assert_one_line_usage_error(wide.runpytest(*WIDE, "--vla-gate-plan"), "--vla-gate-plan plans a gate")

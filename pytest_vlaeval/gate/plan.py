@@ -138,12 +138,10 @@ def chance_of_deciding(design: Design, tasks: int, seeds: int, seed: int = 0) ->
 
 
 def _scenarios(design: Design) -> list[tuple[str, float, str]]:
+    """(label, the change to every task's SR of 1/2, the correct verdict) of the two planned cases."""
     if design.min_sr:
-        # The current run's SR is 0.5 - change; place it at min SR + 0.1 and min SR - 0.1.
-        return [
-            (f"true SR {design.threshold + 0.1:.2f}", 0.5 - (design.threshold + 0.1), PASS),
-            (f"true SR {design.threshold - 0.1:.2f}", 0.5 - (design.threshold - 0.1), FAIL),
-        ]
+        above, below = min(design.threshold + 0.1, 1.0), max(design.threshold - 0.1, 0.0)
+        return [(f"true SR {above:.2f}", 0.5 - above, PASS), (f"true SR {below:.2f}", 0.5 - below, FAIL)]
     return [("true drop 0", 0.0, PASS), (f"true drop {2 * design.threshold:g}", 2 * design.threshold, FAIL)]
 
 
