@@ -182,6 +182,10 @@ def coverage(rng: np.random.Generator, reps: int, seeds_list, rhos, profiles) ->
     return rows
 
 
+def _numbers(value: str) -> tuple[float, ...]:
+    return tuple(float(v) for v in value.split(","))
+
+
 def se(rate: float, reps: int) -> float:
     return math.sqrt(max(rate * (1 - rate), 1e-12) / reps)
 
@@ -196,6 +200,11 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="FILE", help="write every cell as JSON")
+    parser.add_argument("--tasks", type=_numbers, help="only these task counts, e.g. 10,38")
+    parser.add_argument("--seeds", type=_numbers, help="only these seed budgets")
+    parser.add_argument("--rhos", type=_numbers, help="only these correlations")
+    parser.add_argument("--profiles", type=lambda v: tuple(v.split(",")), help=f"only these of {', '.join(PROFILES)}")
+    parser.add_argument("--no-coverage", action="store_true", help="skip the interval coverage table")
     args = parser.parse_args()
     reps = args.reps or (40 if args.smoke else 200 if args.quick else 1000)
     rng = np.random.default_rng(args.seed)
@@ -203,6 +212,10 @@ def main() -> None:
     tasks_list, seeds_list, rhos, profiles = (
         ((1, 38), (10,), (0.3,), ("mid",)) if args.smoke else (TASKS, SEEDS, RHOS, PROFILES)
     )
+    tasks_list = tuple(int(t) for t in args.tasks) if args.tasks else tasks_list
+    seeds_list = tuple(int(s) for s in args.seeds) if args.seeds else seeds_list
+    rhos = args.rhos or rhos
+    profiles = args.profiles or profiles
     drops = [(0.0, False), (md, False), (md + 0.01, False), (2 * md, False), (0.3, False), (2 * md, True)]
     if args.smoke:
         drops = [(0.0, False), (2 * md, False)]
@@ -231,12 +244,16 @@ def main() -> None:
                     "reps": reps,
                 }
             )
-    coverage_rows = coverage(
-        rng,
-        reps if not args.smoke else 20,
-        (5, 10) if args.smoke else (5, 10, 20, 50),
-        (0.3,) if args.smoke else (0.3, 0.8),
-        (("U(0,0.9)", 0.9),) if args.smoke else (("U(0,0.9)", 0.9), ("U(0,0.2)", 0.2)),
+    coverage_rows = (
+        []
+        if args.no_coverage
+        else coverage(
+            rng,
+            reps if not args.smoke else 20,
+            (5, 10) if args.smoke else (5, 10, 20, 50),
+            (0.3,) if args.smoke else (0.3, 0.8),
+            (("U(0,0.9)", 0.9),) if args.smoke else (("U(0,0.9)", 0.9), ("U(0,0.2)", 0.2)),
+        )
     )
     report(cells, coverage_rows, reps, md, alpha, time.perf_counter() - started)
     if args.json:
@@ -277,6 +294,8 @@ def report(cells: list[dict], coverage_rows: list[dict], reps: int, md: float, a
                 f"| {c['tasks']} | {c['seeds']} | {c['drop']:g} | {c['correct']:.2f} +- {se(c['correct'], reps):.2f} | "
                 f"{c['wrong']:.3f} +- {se(c['wrong'], reps):.3f} | {c['undecided']:.2f} | {c['spent']:.2f} |"
             )
+    if not coverage_rows:
+        return
     print("\nSplit-SR interval coverage (38 tasks, nominal 0.95):\n")
     print("| seeds | rho | SRs | coverage | s.e. |")
     print("| ---: | ---: | --- | ---: | ---: |")

@@ -413,7 +413,7 @@ def test_min_sr_mode_chooses_its_method_by_the_same_rule(wide: pytest.Pytester) 
     )
     extreme = wide.runpytest(*args, "--vla-min-sr=0.95", "--vla-run-name=extreme")
     extreme.stdout.fnmatch_lines(
-        ["*method: sequential betting confidence sequence*(reference SR 0.95 outside ?0.1, 0.9?)*"]
+        ["*method: sequential betting confidence sequence*(reference SR 0.95 outside ?0.15, 0.85?)*"]
     )
 
 

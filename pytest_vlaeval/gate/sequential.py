@@ -92,7 +92,7 @@ MIN_TASKS = 10
 """Fewest compared tasks for the t test: with fewer, per-seed values take a handful of levels."""
 MIN_SEEDS = 10
 """Fewest seeds at which the t test looks (its first look, and the fixed test's minimum)."""
-SR_RANGE = (0.1, 0.9)
+SR_RANGE = (0.15, 0.85)
 """The reference SR the t test needs; nearer 0 or 1 outcomes come in runs of equal values."""
 
 
