@@ -9,23 +9,9 @@ from typing import TYPE_CHECKING
 from pytest_vlaeval.results.rundir import RunDir, shard_label
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
     from pytest_vlaeval.policy.loading import PolicySpec
     from pytest_vlaeval.spec import Selection
-
-
-@dataclass(frozen=True)
-class SequentialSettings:
-    """``--vla-sequential``'s settings (``results.sequential_gate`` runs the gate)."""
-
-    alpha: float
-    block: int
-    """Seeds per block: a look is taken after every task has run a block."""
-    undecided_exit: int
-    min_sr: float | None = None
-    """One-sample mode: is the split SR above this? Otherwise the drop against the baseline."""
-
-    def block_of(self, seed_index: int) -> int:
-        return seed_index // self.block
 
 
 @dataclass(frozen=True)
@@ -40,7 +26,9 @@ class RunContext:
     rerun: str | None = None
     baseline: Path | None = None
     max_drop: float = 0.05
-    gate_alpha: float | None = None
+    gate_alpha: float = 0.05
+    undecided_exit: int = 7
+    """Exit status when the gate cannot decide."""
     timeout: float | None = None
     video: str = "none"
     episodes: frozenset[tuple[str, int]] = frozenset()

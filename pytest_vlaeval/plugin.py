@@ -124,15 +124,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     results.addoption(
         "--vla-gate-alpha",
         type=float,
+        default=0.05,
         metavar="A",
-        help="fail only when the drop is also significant (seed-level exact sign-flip p < A on paired seeds); "
-        "the sequential gate's error rate [0.05 there]",
+        help="the gate's error rate: FAIL only when the drop is above --vla-max-drop at this level, PASS "
+        "(sequential) only when it is surely at or below [0.05]",
     )
     results.addoption(
         "--vla-sequential",
         action="store_true",
         help="sequential gate (with --vla-baseline or --vla-min-sr): run seeds in blocks, look after each "
-        "complete block and stop once PASS or FAIL is settled at --vla-gate-alpha [0.05] (anytime-valid)",
+        "complete block and stop once PASS or FAIL is settled at --vla-gate-alpha",
     )
     results.addoption(
         "--vla-min-sr",
@@ -144,8 +145,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     results.addoption(
         "--vla-undecided-exit",
         type=int,
+        default=7,
         metavar="CODE",
-        help="exit status when the sequential gate's budget (--episodes) runs out undecided [7]",
+        help="exit status when the gate cannot decide: the budget (--episodes) ran out or is too small [7]",
+    )
+    results.addoption(
+        "--vla-gate-plan",
+        action="store_true",
+        help="print the seeds the gate needs to decide, simulated for the selected tasks, and exit without "
+        "running an episode",
     )
     parser.addini("vla_policy", "default for --policy", default="random")
     parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)

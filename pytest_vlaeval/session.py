@@ -24,10 +24,10 @@ from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.context import SequentialSettings
+    from pytest_vlaeval.gate.fixed import FixedGate
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
     from pytest_vlaeval.policy.loading import LocalPolicy, PolicySpec
     from pytest_vlaeval.results.latest import LatestRecords
-    from pytest_vlaeval.results.sequential_gate import SequentialGate
     from pytest_vlaeval.results.store import RunStore
 
 THIRD_PARTY_WARNINGS = (
@@ -61,10 +61,10 @@ def start(config: pytest.Config) -> None:
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
     controller = worker_plan is None and not config.option.collectonly
-    sequential, served = _prepare_controller(config, run, store) if controller else (None, None)
+    gate, served = _prepare_controller(config, run, store) if controller else (None, None)
     _register_episodes(config, run, _policy_to_run(config, run, served))
     if controller:
-        _register_controller(config, run, store, latest, sequential)
+        _register_controller(config, run, store, latest, gate)
 
 
 def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpec) -> None:
@@ -91,18 +91,17 @@ def _policy_to_run(config: pytest.Config, run: RunContext, served_here: str | No
 
 def _prepare_controller(
     config: pytest.Config, run: RunContext, store: RunStore
-) -> tuple[SequentialGate | None, str | None]:
-    """Check, claim the store and start ``--vla-serve``'s server; returns the sequential gate and the server's address."""
+) -> tuple[FixedGate | SequentialGate | None, str | None]:
+    """Check, claim the store and start ``--vla-serve``'s server; returns the gate and the server's address."""
     from pytest_vlaeval.distribute import placement, scheduler
     from pytest_vlaeval.envs import render
     from pytest_vlaeval.results.store import fingerprint
 
-    sequential, served = None, None
     try:
-        if run.sequential:
-            from pytest_vlaeval.results.sequential_gate import SequentialGate
-
-            sequential = SequentialGate.create(run)
+        gate = _gate(run)
+        if config.getoption("vla_gate_plan"):
+            _print_plan(gate, run)
+        sequential = gate if run.sequential else None
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(config, run.selection, sequential.scheduling() if sequential else None)
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
@@ -112,11 +111,38 @@ def _prepare_controller(
         store.keep_spec(run.selection.benchmark)
     except (SpecError, ResultsUnwritable) as exc:
         raise pytest.UsageError(str(exc)) from None
+    served = None
     if config.getoption("vla_serve"):
         from pytest_vlaeval.serving.launcher import serve_session
 
         served = serve_session(config, run.policy, run.dir.server_log)
-    return sequential, served
+    return gate, served
+
+
+def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> None:
+    """``--vla-gate-plan``: the seeds the gate needs to decide, then exit before any episode."""
+    from pytest_vlaeval.gate.plan import budget_table
+
+    if gate is None:
+        raise SpecError("--vla-gate-plan plans a gate: add --vla-baseline=DIR or --vla-sequential --vla-min-sr=X")
+    lines = budget_table(gate.design, gate.tasks)
+    print("\n".join(lines), flush=True)
+    pytest.exit(f"--vla-gate-plan: no episode run (this run's budget: --episodes={run.selection.episodes})", 0)
+
+
+def _gate(run: RunContext) -> FixedGate | SequentialGate | None:
+    """The gate this session judges by, its baseline read and checked now, before any episode runs."""
+    from pytest_vlaeval.gate.baseline import load_baseline
+    from pytest_vlaeval.gate.fixed import FixedGate
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate
+
+    selection = run.selection
+    baseline = None
+    if run.baseline is not None:
+        baseline = load_baseline(run.baseline, [t.env_id for t in selection.tasks], selection.seeds)
+    if run.sequential:
+        return SequentialGate.create(run.sequential, selection, run.max_drop, baseline)
+    return FixedGate.create(baseline, selection.seeds, run.max_drop, run.gate_alpha) if baseline else None
 
 
 def _register_controller(
@@ -124,12 +150,12 @@ def _register_controller(
     run: RunContext,
     store: RunStore,
     latest: LatestRecords,
-    sequential: SequentialGate | None,
+    gate: FixedGate | SequentialGate | None,
 ) -> None:
     from pytest_vlaeval.controller.adapter import ResultsController
     from pytest_vlaeval.report import pytest_html_extras
 
-    controller = ResultsController(run, store, latest, sequential)
+    controller = ResultsController(run, store, latest, gate)
     config.pluginmanager.register(controller, "vlaeval-controller")
     if pytest_html_extras.wanted(config):
         config.pluginmanager.register(pytest_html_extras.PytestHtmlExtras(controller, Path(config.option.htmlpath)))
@@ -202,6 +228,7 @@ def _run_context(config: pytest.Config) -> RunContext:
         baseline=Path(baseline) if baseline else None,
         max_drop=config.getoption("vla_max_drop"),
         gate_alpha=config.getoption("vla_gate_alpha"),
+        undecided_exit=config.getoption("vla_undecided_exit"),
         timeout=config.getoption("vla_timeout"),
         video=config.getoption("vla_video"),
         sequential=_sequential(config),
@@ -233,10 +260,11 @@ def _check_numeric_options(config: pytest.Config) -> None:
     _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
     _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
     _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
+    _check_range("--vla-undecided-exit", config.getoption("vla_undecided_exit"), 0, 255)
 
 
 def _sequential(config: pytest.Config) -> SequentialSettings | None:
-    from pytest_vlaeval.results.sequential_gate import settings
+    from pytest_vlaeval.gate.sequential_gate import settings
 
     return settings(
         sequential=config.getoption("vla_sequential"),
@@ -245,7 +273,6 @@ def _sequential(config: pytest.Config) -> SequentialSettings | None:
         min_sr=config.getoption("vla_min_sr"),
         alpha=config.getoption("vla_gate_alpha"),
         block=config.getoption("vla_block"),
-        undecided_exit=config.getoption("vla_undecided_exit"),
     )
 
 

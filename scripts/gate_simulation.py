@@ -1,154 +1,309 @@
-"""How often each regression gate gives a wrong verdict, and what the sequential gate spends.
+"""How often each gate gives a wrong verdict, how often it decides, and what it spends.
 
-Simulated runs have known per-task success rates and a latent per-seed difficulty shared by all
-tasks and by both runs (the same seed gives the same initial state), so tasks correlate as in
-the benchmark: episode (t, s) succeeds when sqrt(rho) * z_s + sqrt(1 - rho) * e < Phi^-1(p_t),
-z_s and e independent standard normals, hence P(success) = p_t exactly and a latent
-correlation rho between tasks at a seed. The current policy's task SRs are the baseline's minus
-the true drop, so the split SR drops by exactly that much.
+Simulated runs come from ``pytest_vlaeval.gate.plan.outcomes``: known per-task SRs and a latent
+per-seed difficulty shared by every task and both runs, so tasks correlate through the seed as
+in the benchmark (correlation rho). The current run's task SRs are the baseline's minus a drop.
 
-Verdicts are wrong when they say FAIL while the drop is at most --max-drop, or PASS while it
-is above; UNDECIDED is never wrong. Methods:
-- today: the previous fixed gate, an exact McNemar test pooling every (task, seed) pair;
-- seed: the fixed gate with the seed as the unit (exact sign-flip test on per-seed sums);
-- sequential: ``--vla-sequential``, a look after every block of seeds.
-Both fixed gates FAIL when the split SR drop exceeds --max-drop and their test of "no change"
-is significant at alpha.
+Modes: ``drop`` gates against a baseline with max drop M; ``min_sr`` gates the current run
+alone against min SR = (the profile's mean SR) - M, so in both a verdict is wrong when it says
+FAIL while the split SR dropped by at most M, or PASS while it dropped by more. UNDECIDED is
+never wrong. Methods: ``betting`` and ``t_test`` (each forced, sequential), ``auto`` (the
+sequential gate's own rule, ``sequential.choose``, applied to each simulated baseline), and
+``fixed`` (the fixed gate: its rule, one look at the end; PASS unless FAIL or it cannot FAIL;
+its PASS claims no more than "no significant regression", so only its FAILs can be wrong).
 
-    python scripts/gate_simulation.py [--quick] [--reps N] [--max-drop 0.05] [--alpha 0.05]
+Cells: tasks {1, 2, 3, 10, 38} x seeds {5, 10, 20, 50} x rho {0, 0.3, 0.8} x SR profiles
+(``mid``: U(0.35, 0.95); ``extreme``: half the tasks near 0, half near 1; ``high``: near 1) x
+drops {0, M, M + 0.01, 2M, 0.3, and 2M spread unevenly over a third of the tasks}. Then the
+coverage of the split-SR interval (``stats.seed_clustered_interval``), 38 tasks.
+
+    python scripts/gate_simulation.py [--quick | --smoke] [--reps N] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
+import json
 import math
 import time
-from statistics import NormalDist
 
 import numpy as np
 
-from pytest_vlaeval.results.gate import FAIL, PASS, UNDECIDED
-from pytest_vlaeval.results.sequential import drop_bounds, drop_verdict
-from pytest_vlaeval.results.sequential_gate import DEFAULT_BLOCK
-from pytest_vlaeval.results.stats import mcnemar_exact, sign_flip_exact
+from pytest_vlaeval.gate import plan
+from pytest_vlaeval.gate.sequential import (
+    MIN_SEEDS,
+    T_TEST,
+    betting_bounds,
+    choose,
+    pocock_level,
+    t_bounds,
+    variance_floor,
+)
+from pytest_vlaeval.gate.stats import seed_clustered_interval
+from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min_sr_verdict
 
-TASKS = (3, 10, 38)
-EPISODES = (10, 50)
-CORRELATIONS = (0.0, 0.3, 0.6)
-CHUNK = 200
-"""Replications per confidence-sequence batch (each holds a grid x seeds array per replication)."""
-
-
-def simulate(rng: np.random.Generator, rates: np.ndarray, drop: float, rho: float, seeds: int, reps: int):
-    """Baseline and current outcomes, shape (reps, tasks, seeds), sharing each seed's latent."""
-    latent = rng.standard_normal((reps, 1, seeds))
-    thresholds = np.array([NormalDist().inv_cdf(p) for p in rates])[None, :, None]
-    thresholds_now = np.array([NormalDist().inv_cdf(p - drop) for p in rates])[None, :, None]
-    shape = (reps, len(rates), seeds)
-    base = math.sqrt(rho) * latent + math.sqrt(1 - rho) * rng.standard_normal(shape) < thresholds
-    now = math.sqrt(rho) * latent + math.sqrt(1 - rho) * rng.standard_normal(shape) < thresholds_now
-    return base, now
+BLOCK = 5
+TASKS = (1, 2, 3, 10, 38)
+SEEDS = (5, 10, 20, 50)
+RHOS = (0.0, 0.3, 0.8)
+PROFILES = ("mid", "extreme", "high")
+METHODS = ("betting", "t_test", "auto", "fixed")
 
 
-@functools.cache
-def pooled_mcnemar(baseline_only: int, current_only: int) -> float:
-    return mcnemar_exact(baseline_only, current_only)
+def profile_rates(rng: np.random.Generator, profile: str, tasks: int) -> np.ndarray:
+    """Baseline task SRs (a task cannot drop below 0: its drop is cut there, and the cell's true
+    drop is the mean of what remains)."""
+    if profile == "mid":
+        return rng.uniform(0.35, 0.95, tasks)
+    if profile == "high":
+        return rng.uniform(0.92, 0.98, tasks)
+    low = rng.uniform(0.02, 0.1, tasks)
+    high = rng.uniform(0.9, 0.98, tasks)
+    return np.where(np.arange(tasks) % 2 == 0, high, low)
 
 
-def fixed_verdicts(base: np.ndarray, now: np.ndarray, max_drop: float, alpha: float) -> tuple[list[str], list[str]]:
-    drops = base.mean(axis=(1, 2)) - now.mean(axis=(1, 2))  # balanced: mean of task SRs
-    today, seed = [], []
-    for rep, drop in enumerate(drops):
-        if drop <= max_drop:
-            today.append(PASS)
-            seed.append(PASS)
-            continue
-        lost = int((base[rep] & ~now[rep]).sum())
-        gained = int((now[rep] & ~base[rep]).sum())
-        today.append(FAIL if pooled_mcnemar(lost, gained) < alpha else PASS)
-        sums = (now[rep].astype(int) - base[rep].astype(int)).sum(axis=0)
-        seed.append(FAIL if sign_flip_exact(sums.tolist()) < alpha else PASS)
-    return today, seed
+def task_drops(drop: float, tasks: int, uneven: bool) -> np.ndarray:
+    """Each task's drop, averaging ``drop``: equal, or all of it on a third of the tasks."""
+    if not uneven:
+        return np.full(tasks, drop)
+    hit = max(1, tasks // 3)
+    drops = np.zeros(tasks)
+    drops[:hit] = drop * tasks / hit
+    return drops
 
 
-def sequential_verdicts(base: np.ndarray, now: np.ndarray, max_drop: float, alpha: float, block: int):
-    """Verdict and episodes spent per replication, looking after every complete block."""
-    tasks, seeds = base.shape[1], base.shape[2]
-    differences = (now.astype(float) - base.astype(float)).mean(axis=1)  # (reps, seeds)
-    chunks = [drop_bounds(part, alpha) for part in np.array_split(differences, max(1, len(differences) // CHUNK))]
-    lower = np.concatenate([chunk[1] for chunk in chunks])
-    upper = np.concatenate([chunk[2] for chunk in chunks])
-    looks = sorted({min(end, seeds) for end in range(block, seeds + block, block)})
-    verdicts = np.full(len(base), UNDECIDED, dtype=object)
-    spent = np.full(len(base), seeds * tasks)
-    open_ = np.ones(len(base), dtype=bool)
-    for end in looks:
-        now_verdict = drop_verdict(lower[:, end - 1], upper[:, end - 1], max_drop)
-        settled = open_ & (now_verdict != UNDECIDED)
-        verdicts[settled] = now_verdict[settled]
-        spent[settled] = end * tasks
+def judge(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, ends: list[int], threshold: float, min_sr: bool):
+    """Verdicts and share of the budget spent, taking looks at ``ends`` (seeds)."""
+    reps, seeds = values.shape
+    verdict_of = min_sr_verdict if min_sr else drop_verdict
+    verdicts = np.full(reps, UNDECIDED, dtype=object)
+    spent = np.ones(reps)
+    open_ = np.ones(reps, dtype=bool)
+    for end in ends:
+        now = verdict_of(lower[:, end - 1], upper[:, end - 1], threshold)
+        settled = open_ & (now != UNDECIDED)
+        verdicts[settled] = now[settled]
+        spent[settled] = end / seeds
         open_ &= ~settled
-    return verdicts, spent / (seeds * tasks)
+    return verdicts, spent
 
 
-def wrong(verdicts, regressed: bool) -> float:
-    verdicts = np.asarray(verdicts)
-    return float(np.mean(verdicts == (PASS if regressed else FAIL)))
+def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, alpha) -> dict[str, tuple]:
+    rates = profile_rates(rng, profile, tasks)
+    drops = np.minimum(task_drops(drop, tasks, uneven), rates)
+    base, now = plan.outcomes(rng, rates, drops, rho, seeds, reps)
+    min_sr = mode == "min_sr"
+    values = plan.per_seed_values(base, now, min_sr)
+    value_range = (0.0, 1.0) if min_sr else (-1.0, 1.0)
+    low, high = value_range
+    threshold = float(rates.mean() - max_drop) if min_sr else max_drop
+    true_drop = float(drops.mean())
+    regressed = true_drop > max_drop + 1e-12
+    ends = sorted({min(end, seeds) for end in range(BLOCK, seeds + BLOCK, BLOCK)})
+    # The rule's inputs, per replication: the realised baseline's task SRs, or the min SR.
+    if min_sr:
+        reference = np.full(reps, threshold)
+        floors = np.full((reps, 1), variance_floor([min(max(threshold, 0.0), 1.0)] * tasks, seeds))
+    else:
+        task_srs = base.mean(axis=2)
+        reference = task_srs.mean(axis=1)
+        smoothed = (task_srs * seeds + 1) / (seeds + 2)
+        floors = ((smoothed * (1 - smoothed)).sum(axis=1) / tasks**2)[:, None]
+    chosen = np.array([choose(tasks, seeds, r, 0.0).name == T_TEST for r in reference])
+
+    parts = [betting_bounds((p - low) / (high - low), alpha) for p in np.array_split(values, max(1, reps // 100))]
+    bet_lower = low + (high - low) * np.concatenate([p[0] for p in parts])
+    bet_upper = low + (high - low) * np.concatenate([p[1] for p in parts])
+
+    def t_test(looks: int) -> tuple[np.ndarray, np.ndarray]:
+        lower, upper = t_bounds(values, pocock_level(looks, alpha), floors, value_range)
+        early = np.arange(seeds) < MIN_SEEDS - 1
+        return np.where(early, low, lower), np.where(early, high, upper)
+
+    t_lower, t_upper = t_test(len(ends))
+    fixed_lower, fixed_upper = t_test(1)
+    results = {}
+    for method in METHODS:
+        if method == "betting":
+            lower, upper = bet_lower, bet_upper
+        elif method == "t_test":
+            lower, upper = t_lower, t_upper
+        elif method == "auto":
+            lower = np.where(chosen[:, None], t_lower, bet_lower)
+            upper = np.where(chosen[:, None], t_upper, bet_upper)
+        else:
+            lower = np.where(chosen[:, None], fixed_lower, bet_lower)
+            upper = np.where(chosen[:, None], fixed_upper, bet_upper)
+        verdicts, spent = judge(values, lower, upper, ends if method != "fixed" else [seeds], threshold, min_sr)
+        if method == "fixed":
+            can_fail = _fixed_can_fail(chosen, tasks, seeds, reference, floors, alpha, threshold, min_sr)
+            verdicts = np.where(verdicts == UNDECIDED, np.where(can_fail, PASS, UNDECIDED), verdicts)
+        # The fixed gate's PASS claims only "no significant regression": its one controlled error
+        # is a FAIL at a drop of max drop or less (a PASS above max drop is a miss, not counted).
+        wrong_verdict = FAIL if method == "fixed" or not regressed else PASS
+        wrong = float(np.mean(verdicts == wrong_verdict)) if not (method == "fixed" and regressed) else 0.0
+        correct = float(np.mean(verdicts == (FAIL if regressed else PASS)))
+        results[method] = (wrong, correct, float(np.mean(verdicts == UNDECIDED)), float(spent.mean()))
+    return results
+
+
+def _fixed_can_fail(chosen, tasks, seeds, reference, floors, alpha, threshold, min_sr) -> np.ndarray:
+    """Whether the fixed gate could FAIL at all with ``seeds`` (the most adverse data)."""
+    worst = np.full((1, seeds), 0.0 if min_sr else 1.0)
+    value_range = (0.0, 1.0) if min_sr else (-1.0, 1.0)
+    low, high = value_range
+    results = []
+    for use_t, floor in ((False, 0.0), (True, float(floors.min()))):
+        if use_t:
+            lower, upper = t_bounds(worst, alpha, floor, value_range)
+            if seeds < MIN_SEEDS:
+                lower, upper = np.full_like(lower, low), np.full_like(upper, high)
+        else:
+            lower, upper = betting_bounds((worst - low) / (high - low), alpha)
+            lower, upper = low + (high - low) * lower, low + (high - low) * upper
+        verdict = (min_sr_verdict if min_sr else drop_verdict)(lower[0, -1], upper[0, -1], threshold)
+        results.append(verdict == FAIL)
+    return np.where(chosen, results[1], results[0])
+
+
+def coverage(rng: np.random.Generator, reps: int, seeds_list, rhos, profiles) -> list[dict]:
+    """How often the split-SR interval covers the true split SR (38 tasks)."""
+    rows = []
+    for seeds, rho, (name, top) in itertools.product(seeds_list, rhos, profiles):
+        rates = rng.uniform(0.0, top, 38)
+        base, _ = plan.outcomes(rng, rates, np.zeros(38), rho, seeds, reps)
+        covered = 0
+        for rep in range(reps):
+            tasks = [dict(enumerate(row.tolist())) for row in base[rep]]
+            low, high = seed_clustered_interval(tasks)
+            covered += low <= rates.mean() <= high
+        rows.append({"seeds": seeds, "rho": rho, "profile": name, "coverage": covered / reps, "reps": reps})
+    return rows
+
+
+def _numbers(value: str) -> tuple[float, ...]:
+    return tuple(float(v) for v in value.split(","))
+
+
+def se(rate: float, reps: int) -> float:
+    return math.sqrt(max(rate * (1 - rate), 1e-12) / reps)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="200 replications per cell (under 2 minutes)")
-    parser.add_argument("--reps", type=int, help="replications per cell [1000; 200 with --quick]")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="200 replications per cell")
+    size.add_argument("--smoke", action="store_true", help="a few cells, one small batch: a few seconds")
+    parser.add_argument("--reps", type=int, help="replications per cell [1000; 200 --quick; 40 --smoke]")
     parser.add_argument("--max-drop", type=float, default=0.05)
     parser.add_argument("--alpha", type=float, default=0.05)
-    parser.add_argument("--block", type=int, default=DEFAULT_BLOCK, help="seeds per block of the sequential gate")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="FILE", help="write every cell as JSON")
+    parser.add_argument("--tasks", type=_numbers, help="only these task counts, e.g. 10,38")
+    parser.add_argument("--seeds", type=_numbers, help="only these seed budgets")
+    parser.add_argument("--rhos", type=_numbers, help="only these correlations")
+    parser.add_argument("--profiles", type=lambda v: tuple(v.split(",")), help=f"only these of {', '.join(PROFILES)}")
+    parser.add_argument("--no-coverage", action="store_true", help="skip the interval coverage table")
     args = parser.parse_args()
-    reps = args.reps or (200 if args.quick else 1000)
+    reps = args.reps or (40 if args.smoke else 200 if args.quick else 1000)
     rng = np.random.default_rng(args.seed)
-    md = args.max_drop
-    drops = (0.0, md / 2, md, 2 * md, 0.3)
+    md, alpha = args.max_drop, args.alpha
+    tasks_list, seeds_list, rhos, profiles = (
+        ((1, 38), (10,), (0.3,), ("mid",)) if args.smoke else (TASKS, SEEDS, RHOS, PROFILES)
+    )
+    tasks_list = tuple(int(t) for t in args.tasks) if args.tasks else tasks_list
+    seeds_list = tuple(int(s) for s in args.seeds) if args.seeds else seeds_list
+    rhos = args.rhos or rhos
+    profiles = args.profiles or profiles
+    drops = [(0.0, False), (md, False), (md + 0.01, False), (2 * md, False), (0.3, False), (2 * md, True)]
+    if args.smoke:
+        drops = [(0.0, False), (2 * md, False)]
     started = time.perf_counter()
-    print(f"{reps} replications per cell; max drop {md:g}, alpha {args.alpha:g}, blocks of {args.block} seeds")
-    print("wrong = share of wrong verdicts (FAIL at drop <= max drop, PASS above it); UNDECIDED is not wrong")
-    print()
-    print(
-        "| tasks | episodes | true drop | rho | wrong: today | wrong: seed-level | wrong: sequential | undecided | episodes spent |"
-    )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    worst = (0.0, "")
-    spent_all, spent_big_drop = [], []
-    for tasks, seeds, drop, rho in itertools.product(TASKS, EPISODES, drops, CORRELATIONS):
-        rates = rng.uniform(0.35, 0.95, tasks)  # minus the largest drop stays a probability
-        base, now = simulate(rng, rates, drop, rho, seeds, reps)
-        regressed = drop > md + 1e-12
-        today, seed = fixed_verdicts(base, now, md, args.alpha)
-        sequential, spent = sequential_verdicts(base, now, md, args.alpha, args.block)
-        rates_wrong = wrong(today, regressed), wrong(seed, regressed), wrong(sequential, regressed)
-        undecided = float(np.mean(sequential == UNDECIDED))
-        spent_all.append(spent.mean())
-        if drop == 0.3 and seeds == max(EPISODES):
-            spent_big_drop.append(spent.mean())
-        if rates_wrong[2] > worst[0]:
-            worst = (rates_wrong[2], f"{tasks} tasks, {seeds} episodes, drop {drop:g}, rho {rho:g}")
-        print(
-            f"| {tasks} | {seeds} | {drop:.3f} | {rho:.1f} | {rates_wrong[0]:.3f} | {rates_wrong[1]:.3f} | "
-            f"{rates_wrong[2]:.3f} | {undecided:.2f} | {spent.mean():.2f} |"
+    cells = []
+    for tasks, seeds, rho, profile, (drop, uneven), mode in itertools.product(
+        tasks_list, seeds_list, rhos, profiles, drops, ("drop", "min_sr")
+    ):
+        if uneven and tasks < 3:
+            continue
+        results = cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, md, alpha)
+        for method, (wrong, correct, undecided, spent) in results.items():
+            cells.append(
+                {
+                    "tasks": tasks,
+                    "seeds": seeds,
+                    "rho": rho,
+                    "profile": profile + ("-uneven" if uneven else ""),
+                    "drop": round(drop, 6),
+                    "mode": mode,
+                    "method": method,
+                    "wrong": wrong,
+                    "correct": correct,
+                    "undecided": undecided,
+                    "spent": spent,
+                    "reps": reps,
+                }
+            )
+    coverage_rows = (
+        []
+        if args.no_coverage
+        else coverage(
+            rng,
+            reps if not args.smoke else 20,
+            (5, 10) if args.smoke else (5, 10, 20, 50),
+            (0.3,) if args.smoke else (0.3, 0.8),
+            (("U(0,0.9)", 0.9),) if args.smoke else (("U(0,0.9)", 0.9), ("U(0,0.2)", 0.2)),
         )
-    error = 2 * math.sqrt(args.alpha * (1 - args.alpha) / reps)
-    print()
-    print(
-        f"{time.perf_counter() - started:.0f} s. At drop 0.3 with {max(EPISODES)} episodes the sequential gate spends "
-        f"{max(spent_big_drop):.2f} of the fixed budget at most (mean {np.mean(spent_big_drop):.2f})."
     )
+    report(cells, coverage_rows, reps, md, alpha, time.perf_counter() - started)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(cells, out, indent=1)
+
+
+def report(cells: list[dict], coverage_rows: list[dict], reps: int, md: float, alpha: float, elapsed: float) -> None:
+    print(f"{reps} replications per cell; max drop {md:g}, alpha {alpha:g}, blocks of {BLOCK} seeds; {elapsed:.0f} s")
     print(
-        f"worst sequential wrong-verdict rate {worst[0]:.3f} ({worst[1]}) vs alpha {args.alpha:g} "
-        f"+ 2 s.e. {error:.3f}; mean episodes spent by the sequential gate: {np.mean(spent_all):.2f} of the fixed "
-        f"budget (saving {1 - np.mean(spent_all):.0%})"
+        f"rates are shares of replications; s.e. = sqrt(r(1-r)/{reps}); wrong: FAIL at drop <= max drop, PASS above\n"
     )
+    print("Worst wrong-verdict rate per method and mode (bound: alpha + 2 s.e.):\n")
+    print("| mode | method | worst wrong | s.e. | cell |")
+    print("| --- | --- | ---: | ---: | --- |")
+    bound = alpha + 2 * se(alpha, reps)
+    for mode, method in itertools.product(("drop", "min_sr"), METHODS):
+        rows = [c for c in cells if c["mode"] == mode and c["method"] == method]
+        if not rows:
+            continue
+        worst = max(rows, key=lambda c: c["wrong"])
+        where = f"{worst['tasks']} tasks x {worst['seeds']} seeds, rho {worst['rho']}, {worst['profile']}, drop {worst['drop']:g}"
+        flag = "" if worst["wrong"] <= bound else " (above)"
+        print(f"| {mode} | {method} | {worst['wrong']:.3f}{flag} | {se(worst['wrong'], reps):.3f} | {where} |")
+    print("\nThe cells users meet (drop mode, mid SRs, rho 0.3, the automatic gate):\n")
+    print("| tasks | seeds | true drop | correct | wrong | undecided | budget spent |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for c in cells:
+        if (
+            c["mode"] == "drop"
+            and c["method"] == "auto"
+            and c["profile"] == "mid"
+            and c["rho"] == 0.3
+            and c["tasks"] in (3, 10, 38)
+            and c["seeds"] in (10, 50)
+        ):
+            print(
+                f"| {c['tasks']} | {c['seeds']} | {c['drop']:g} | {c['correct']:.2f} +- {se(c['correct'], reps):.2f} | "
+                f"{c['wrong']:.3f} +- {se(c['wrong'], reps):.3f} | {c['undecided']:.2f} | {c['spent']:.2f} |"
+            )
+    if not coverage_rows:
+        return
+    print("\nSplit-SR interval coverage (38 tasks, nominal 0.95):\n")
+    print("| seeds | rho | SRs | coverage | s.e. |")
+    print("| ---: | ---: | --- | ---: | ---: |")
+    for row in coverage_rows:
+        print(
+            f"| {row['seeds']} | {row['rho']:g} | {row['profile']} | {row['coverage']:.3f} | "
+            f"{se(row['coverage'], row['reps']):.3f} |"
+        )
 
 
 if __name__ == "__main__":

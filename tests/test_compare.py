@@ -11,8 +11,9 @@ import pytest
 from test_report_html import read_page
 
 import pytest_vlaeval
+from pytest_vlaeval.gate.baseline import load_baseline
+from pytest_vlaeval.gate.fixed import FixedGate, paired_interval
 from pytest_vlaeval.report.comparison import OVERALL, ComparisonError, load_run
-from pytest_vlaeval.results.gate import compare as gate_compare
 
 CHECKPOINTS = """
 import numpy as np
@@ -61,11 +62,15 @@ def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: 
     overall = comparison.row(OVERALL, "short")
     assert [e.sr if e else None for e in overall.estimates] == [0.0, pytest.approx(2 / 3), 1.0]
     for path, difference in zip((middle, late), overall.differences, strict=True):
-        gate = gate_compare(load_run(path)[1], early, max_drop=1.0, alpha=None)
-        assert gate.paired_drop is not None and difference is not None
-        assert difference.difference == pytest.approx(-gate.paired_drop[0])
-        assert difference.interval == pytest.approx((-gate.paired_drop[1][1], -gate.paired_drop[1][0]))
-        assert (difference.seeds, difference.p_value) == (3, gate.p_value)
+        per_task = load_run(path)[1]
+        seeds = sorted({s for r in per_task for s in r["episode_seeds"]})
+        baseline = load_baseline(early, [r["env_id"] for r in per_task], seeds)
+        gate = FixedGate.create(baseline, seeds, max_drop=1.0, alpha=0.05).judge(per_task)
+        assert gate.drop is not None and difference is not None
+        assert difference.difference == pytest.approx(-gate.drop)
+        low, high = paired_interval(list(gate.drops.values()), gate.gate.method, 0.05)
+        assert difference.interval == pytest.approx((-high, -low))
+        assert (difference.seeds, difference.method) == (3, gate.gate.method.name)
     assert {(r.axis, r.name) for r in comparison.rows} == {
         (OVERALL, "short"),
         ("split", "Short"),

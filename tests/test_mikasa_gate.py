@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import read_json
 
-from pytest_vlaeval.results.gate import EXIT_GATE_FAILED
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
 
 pytestmark = pytest.mark.mikasa
 
@@ -49,12 +49,15 @@ def test_real_session_stops_early_on_a_regression(tmp_path: Path) -> None:
         timeout=900,
     )
     verdict = [line for line in proc.stdout.splitlines() if line.startswith("vlaeval gate:")]
+    planned = [line for line in proc.stdout.splitlines() if line.startswith("vlaeval gate plan:")]
     assert proc.returncode == EXIT_GATE_FAILED, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     summary = read_json(run_dir / "summary.json")
     gate = summary["gate"]
-    print(verdict[0], f"| episodes run: {summary['n_completed']} of {summary['n_expected']}")
+    print(*planned, verdict[0], f"| episodes run: {summary['n_completed']} of {summary['n_expected']}", sep="\n")
+    assert planned[0].startswith("vlaeval gate plan: betting confidence sequence (2 tasks < 10)")
     assert verdict[0].startswith("vlaeval gate: FAIL: split SR drop") and "stopped early" in verdict[0]
+    assert "method: sequential betting confidence sequence" in verdict[0]
     assert gate["stopped_early"] and gate["looks"] < EPISODES // BLOCK
     assert summary["n_errors"] == 0 and summary["n_completed"] + gate["episodes_saved"] == summary["n_expected"]
     assert gate["complete_with"].endswith("--vla-resume")

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import read_json, run_dir
+from helpers import assert_one_line_usage_error, read_json, run_dir
 
-from pytest_vlaeval.results.gate import EXIT_GATE_FAILED
+from pytest_vlaeval.gate.stats import mcnemar_exact, wilson
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
 from pytest_vlaeval.results.merge import main as merge_main
-from pytest_vlaeval.results.stats import mcnemar_exact, sign_flip_exact, wilson
 from pytest_vlaeval.results.subset import shard
 from pytest_vlaeval.spec import resolve_benchmark, select
 
@@ -212,17 +212,20 @@ def test_shards_are_deterministic_disjoint_and_balanced() -> None:
 
 
 def test_gate_passes_and_fails_on_constructed_baselines(fake: pytest.Pytester) -> None:
-    fake.runpytest(*SHORT, "--vla-results=base")
+    twenty = [*SHORT, "--episodes=20", "--vla-results=base"]
+    fake.runpytest(*twenty)
     (base,) = (fake.path / "base").iterdir()
-    same = fake.runpytest(*SHORT, "--vla-results=base", f"--vla-baseline={base}")
+    same = fake.runpytest(*twenty, f"--vla-baseline={base}")
     same.stdout.fnmatch_lines(
         [
-            "vlaeval gate: PASS: split SR * vs baseline * over 2 tasks (drop +0.000 <= 0.050); paired on 3 seeds: drop +0.000 ?95% CI -*, +*?, seed-level sign-flip exact p=1"
+            "vlaeval gate: PASS: split SR drop +0.000 paired on 20 seeds x 2 tasks (one-sided 95% lower bound -* <= "
+            "max drop 0.050; split SR * vs baseline * on those seeds); method: fixed betting confidence sequence, "
+            "seeds as the unit (2 tasks < 10), alpha 0.05"
         ]
     )
     assert same.ret == pytest.ExitCode.OK, "with a baseline, failed episodes are the measurement: the gate decides"
-    rejudged = fake.runpytest(*SHORT, "--vla-results=base", "--vla-rerun=errors", f"--vla-baseline={base}")
-    rejudged.stdout.fnmatch_lines(["vlaeval: --vla-rerun=errors: 0 of 6 episodes selected*", "vlaeval gate: PASS: *"])
+    rejudged = fake.runpytest(*twenty, "--vla-rerun=errors", f"--vla-baseline={base}")
+    rejudged.stdout.fnmatch_lines(["vlaeval: --vla-rerun=errors: 0 of 40 episodes selected*", "vlaeval gate: PASS: *"])
     assert rejudged.ret == pytest.ExitCode.OK, "re-judging a complete run runs nothing and passes"
 
     better = fake.path / "better"
@@ -232,38 +235,41 @@ def test_gate_passes_and_fails_on_constructed_baselines(fake: pytest.Pytester) -
         data["successes"] = [True] * len(data["successes"])
         data["sr"] = 1.0
         (better / name).write_text(json.dumps(data))
-    current = read_json(base / "summary.json")
-    per_seed = [
-        -sum(not read_json(base / n)["successes"][i] for n in ("Alpha-v0.json", "Beta-v0.json")) for i in range(3)
-    ]
-    result = fake.runpytest(*SHORT, "--vla-results=base", f"--vla-baseline={better}")
+    zero = [*SHORT, "--episodes=20", "--vla-results=zero", "--policy=zero"]
+    result = fake.runpytest(*zero, f"--vla-baseline={better}")
     assert result.ret == EXIT_GATE_FAILED
-    expected_p = sign_flip_exact(per_seed)
     result.stdout.fnmatch_lines(
         [
-            f"vlaeval gate: FAIL: split SR {current['sr_split']:.3f} vs baseline 1.000 over 2 tasks (drop *> 0.050); "
-            f"paired on 3 seeds: drop {-sum(per_seed) / 6:+.3f} ?95% CI *?, seed-level sign-flip exact p={expected_p:.4g}"
+            "vlaeval gate: FAIL: split SR drop +1.000 paired on 20 seeds x 2 tasks (one-sided 95% lower bound +0.* > "
+            "max drop 0.050; split SR 0.000 vs baseline 1.000 on those seeds); method: fixed betting confidence*"
         ]
     )
-    assert read_json(base / "summary.json")["gate"]["p_value"] == pytest.approx(expected_p)
-    report = (base / "report.md").read_text()
-    assert "vlaeval gate: FAIL" in report and "| Alpha-v0 | 100.0% |" in report
+    (zero_dir,) = (fake.path / "zero").iterdir()
+    gate = read_json(zero_dir / "summary.json")["gate"]
+    assert gate["paired_drop"] == 1.0 and gate["paired_seeds"] == 20 and gate["paired_drop_lower_bound"] > 0.05
+    report = (zero_dir / "report.md").read_text()
+    assert "vlaeval gate: FAIL" in report and "| Alpha-v0 | 100.0% | 0.0% |" in report
 
-    lenient = fake.runpytest(*SHORT, "--vla-results=base", f"--vla-baseline={better}", "--vla-gate-alpha=1e-9")
-    assert lenient.ret == pytest.ExitCode.OK, "a drop that is not significant at alpha passes"
-    missing = fake.runpytest(*SHORT, "--vla-results=base", f"--vla-baseline={fake.path / 'nowhere'}")
-    assert missing.ret == EXIT_GATE_FAILED
-    missing.stdout.fnmatch_lines(
-        ["vlaeval gate: FAIL: cannot read the baseline: --vla-baseline */nowhere: not a directory"]
+    # The issue changed these: a level no data can reach is UNDECIDED (said before any episode
+    # runs), never PASS; a baseline that is not there stops the session at its start.
+    strict = fake.runpytest(*zero, "--vla-rerun=errors", f"--vla-baseline={better}", "--vla-gate-alpha=1e-9")
+    assert strict.ret == 7
+    strict.stdout.fnmatch_lines(
+        ["vlaeval gate: this run pairs 20 seeds with the baseline: too few to show a drop above 0.05 at alpha 1e-09*"]
     )
+    missing = fake.runpytest(*twenty, f"--vla-baseline={fake.path / 'nowhere'}")
+    assert_one_line_usage_error(missing, "--vla-baseline ")
+    assert "nowhere: no such directory" in missing.errlines[0]
 
 
 def test_a_gated_run_with_errored_episodes_never_passes(fake: pytest.Pytester) -> None:
-    args = ["--benchmark=fake.yaml", "--vla-tasks=Alpha-v0,BrokenSim-v0", "--vla-results=r"]
+    args = ["--benchmark=fake.yaml", "--vla-tasks=Alpha-v0,BrokenSim-v0", "--vla-results=r", "--episodes=20"]
     fake.runpytest(*args)
     (base,) = (fake.path / "r").iterdir()
     result = fake.runpytest(*args, f"--vla-baseline={base}")
-    result.stdout.fnmatch_lines(["vlaeval gate: PASS: * over 1 tasks*"])
+    result.stdout.fnmatch_lines(
+        ["vlaeval gate: PASS: * x 1 tasks *; not compared: not in the baseline: BrokenSim-v0; *"]
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 

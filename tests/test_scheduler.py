@@ -294,13 +294,13 @@ def test_an_explicit_dist_mode_falls_back_to_xdist(fake: pytest.Pytester) -> Non
 
 def test_sequential_blocks_keep_order_and_affinity_and_stop_when_settled(pytester: pytest.Pytester) -> None:
     """Blocks of 2 seeds, in the collection's block-major order; each worker keeps its task's env."""
-    from pytest_vlaeval.distribute.scheduler import SequentialBlocks
+    from pytest_vlaeval.distribute.blocks import BlockScheduling, SequentialBlocks
 
     collection = [f"s::{task}::{seed}" for block in range(3) for task in "AB" for seed in (2 * block, 2 * block + 1)]
     settled = []
     blocks = SequentialBlocks(lambda nodeid: int(nodeid.rpartition("::")[2]) // 2, lambda: bool(settled))
     config = pytester.parseconfig("--tx=2*popen")
-    sched = AffinityScheduling(config, blocks=blocks)
+    sched = BlockScheduling(config, None, {}, blocks)
     nodes = [MockNode(0), MockNode(1)]
     for node in nodes:
         sched.add_node(node)
@@ -312,7 +312,7 @@ def test_sequential_blocks_keep_order_and_affinity_and_stop_when_settled(pyteste
         sent_blocks = [blocks.block_of(collection[i]) for i in node.sent]
         assert sent_blocks == sorted(sent_blocks) and len({task_of(collection[i]) for i in node.sent}) == 1
 
-    sched = AffinityScheduling(config, blocks=blocks)
+    sched = BlockScheduling(config, None, {}, blocks)
     nodes = [MockNode(0), MockNode(1)]
     for node in nodes:
         sched.add_node(node)

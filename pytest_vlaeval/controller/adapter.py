@@ -24,19 +24,19 @@ from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
 from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, ResultsUnwritable, SpecError, WorkerCrash
+from pytest_vlaeval.gate.fixed import FixedGate
+from pytest_vlaeval.gate.sequential_gate import SequentialGate
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
 from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.results.canonical import summary, write_canonical
-from pytest_vlaeval.results.gate import compare
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import EpisodeRecord, error_record
 from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Canonical
 from pytest_vlaeval.results.store import RunStore
-from pytest_vlaeval.results.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.results.gate import GateResult
-    from pytest_vlaeval.results.sequential_gate import SequentialGate
+    from pytest_vlaeval.gate.fixed import GateResult
 
 JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
 """Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session
@@ -50,7 +50,11 @@ class ResultsController:
     """pytest's hooks in, the ledger's bookkeeping and the store's files out."""
 
     def __init__(
-        self, run: RunContext, store: RunStore, latest: LatestRecords, sequential: SequentialGate | None = None
+        self,
+        run: RunContext,
+        store: RunStore,
+        latest: LatestRecords,
+        gate: FixedGate | SequentialGate | None = None,
     ) -> None:
         self.run = run
         self.store = store
@@ -68,7 +72,8 @@ class ResultsController:
         self.unwritten: list[str] = []
         """A line for each file of the run the disk refused at session end."""
         self.progress = Progress(None, {}, live=False)  # replaced at session start
-        self.sequential = sequential
+        self.sequential = gate if isinstance(gate, SequentialGate) else None
+        self.fixed = gate if isinstance(gate, FixedGate) else None
         self.session: pytest.Session | None = None
 
     # -- what was scheduled --------------------------------------------------------------
@@ -170,6 +175,10 @@ class ResultsController:
         self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
         self.progress.start()
         self.session = session
+        gate = self.fixed or self.sequential
+        if gate is not None and reporter is not None:
+            for line in gate.start_lines():
+                reporter.write_line(line, yellow=line.endswith(UNDECIDED), bold=True)
 
     def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:
         task, seed = self.ledger.scheduled[nodeid]
@@ -201,11 +210,11 @@ class ResultsController:
         self.intake.release()  # no episode completed to claim the policy; its errors still count
         if self.sequential is not None:
             self.gate = self.sequential
-        elif self.run.baseline is not None:
+        elif self.fixed is not None:
             with self.store.locked():
                 self.latest.catch_up(skip=self.store.log_path)
             _, per_task = self._summary()
-            self.gate = compare(per_task, self.run.baseline, self.run.max_drop, self.run.gate_alpha)
+            self.gate = self.fixed.judge(per_task)
         if self.gate is not None:
             session.exitstatus = self._gate_exit_status(session.exitstatus, stopped)
         self.write()
@@ -227,8 +236,7 @@ class ResultsController:
         if self.gate.outcome == FAIL:
             return EXIT_GATE_FAILED
         if self.gate.outcome == UNDECIDED:
-            assert self.run.sequential is not None
-            return self.run.sequential.undecided_exit
+            return self.run.undecided_exit
         if status not in JUDGED_BY_THE_GATE and not stopped:
             return status
         if self.ledger.errored():

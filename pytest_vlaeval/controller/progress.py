@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import IO, Any
 
+from pytest_vlaeval.gate.stats import success_rate
 from pytest_vlaeval.results.record import ERROR, SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.schema import TaskResult
-from pytest_vlaeval.results.stats import success_rate
 
 RECENT_ROWS = 8
 # Costs in env steps for the ETA (measured on MIKASA: a step ~0.13 s, a reconfiguring reset

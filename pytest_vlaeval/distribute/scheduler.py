@@ -13,19 +13,18 @@ item i only once it holds item i+1 or a shutdown), so taking a tail needs no ste
 the worker holding the task, and cannot be refused because the worker ran those episodes
 meanwhile.
 
-For the sequential gate the queues are per (task, block of seeds): a queue of block b+1 is
-handed out only once every episode of block b has been sent, preferably to a worker whose env
-is already that task; when the gate says the verdict is settled, nothing more is sent and the
-workers shut down after the episodes they hold.
+The sequential gate's block order refines this scheduler (``blocks``), as xdist's ``loadfile``
+refines ``loadscope``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
+from typing import Protocol
 
 import pytest
 from xdist.remote import Producer
@@ -35,6 +34,13 @@ from xdist.workermanage import WorkerController, parse_tx_spec_config
 from pytest_vlaeval.episodes.nodeid import task_nodeid, task_of
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.spec import Selection
+
+
+class SchedulingVariant(Protocol):
+    """A refinement of affinity scheduling (``blocks``): builds the scheduler xdist gets."""
+
+    def scheduling(self, config: pytest.Config, log: Producer, steps: Mapping[str, float]) -> AffinityScheduling: ...
+
 
 MIN_PENDING = 2
 """Episodes a worker must hold to start one: the one it runs and the next (or a shutdown)."""
@@ -50,7 +56,7 @@ class TaskQueue:
     task: str
     indices: deque[int]
     block: int = 0
-    """The sequential gate's block of seeds (always 0 without it)."""
+    """The sequential gate's block of seeds (always 0 without it, ``blocks``)."""
 
 
 class BuildCost:
@@ -94,7 +100,6 @@ class AffinityScheduling:
         config: pytest.Config,
         log: Producer | None = None,
         steps: Mapping[str, float] | None = None,
-        blocks: SequentialBlocks | None = None,
     ) -> None:
         self.numnodes = len(parse_tx_spec_config(config))
         self.steps = steps or {}
@@ -114,7 +119,6 @@ class AffinityScheduling:
         self.started: set[WorkerController] = set()
         """Workers that have finished an episode."""
         self.cost = BuildCost()
-        self.blocks = blocks
 
     @property
     def nodes(self) -> list[WorkerController]:
@@ -204,27 +208,21 @@ class AffinityScheduling:
         return any(queue.indices for queue in [*self.pool, *self.node2queue.values()])
 
     def _block(self, nodeid: str) -> int:
-        return self.blocks.block_of(nodeid) if self.blocks else 0
+        """The episode's block of seeds: one block here."""
+        return 0
 
     def _feed(self) -> None:
         """Top every live worker up to two episodes, or shut it down when none is worth sending."""
         if self.collection is None:
             return
-        if self.blocks and self.blocks.settled():
-            self.pool.clear()  # not needed: the sequential gate's verdict is settled
-            for queue in self.node2queue.values():
-                queue.indices.clear()
         for node, pending in self.node2pending.items():
             if node.shutting_down or node not in self.node2collection:
                 continue
             while len(pending) < MIN_PENDING:
-                queue = self._queue_for(node)
-                if queue is None and self.blocks and self._unsent():
-                    queue = self._lookahead(node, pending)
-                    if queue is None:
-                        break  # the next block waits for this one to complete; this worker gets it then
+                queue = self._next_queue(node, pending)
                 if queue is None:
-                    node.shutdown()  # it runs the episode it holds, then leaves
+                    if not self._must_wait():
+                        node.shutdown()  # it runs the episode it holds, then leaves
                     break
                 batch = [queue.indices.popleft() for _ in range(min(MIN_PENDING - len(pending), len(queue.indices)))]
                 self.cold.difference_update(batch)
@@ -233,6 +231,14 @@ class AffinityScheduling:
                 self.node2task[node] = queue.task
                 pending.extend(batch)
                 node.send_runtest_some(batch)
+
+    def _next_queue(self, node: WorkerController, pending: list[int]) -> TaskQueue | None:
+        """The queue to send ``node`` its next episodes from, or None."""
+        return self._queue_for(node)
+
+    def _must_wait(self) -> bool:
+        """Whether a worker given nothing now should stay for later work rather than shut down."""
+        return False
 
     def _queue_for(self, node: WorkerController) -> TaskQueue | None:
         """The worker's own queue; else an untouched task (or a crashed worker's leftovers); else a tail."""
@@ -244,45 +250,8 @@ class AffinityScheduling:
         return queue
 
     def _from_pool(self, node: WorkerController) -> TaskQueue | None:
-        """The pool's next queue; for the sequential gate, one of the lowest block not yet sent,
-        of the task whose env the worker holds if there is one."""
-        if not self.pool:
-            return None
-        if not self.blocks:
-            return self.pool.pop(0)
-        chosen = self._pool_queue(node, self._current_block())
-        if chosen is not None:
-            self.pool.remove(chosen)
-        return chosen
-
-    def _pool_queue(self, node: WorkerController, block: int | None) -> TaskQueue | None:
-        """A pool queue of ``block``, of the task whose env the worker holds if there is one."""
-        candidates = [q for q in self.pool if q.block == block and q.indices]
-        return next(
-            (q for q in candidates if q.task == self.node2task.get(node)), candidates[0] if candidates else None
-        )
-
-    def _current_block(self) -> int | None:
-        """The lowest block with an episode not yet sent or not yet finished: the one being run."""
-        assert self.collection is not None
-        unsent = [q.block for q in [*self.pool, *self.node2queue.values()] if q.indices]
-        running = [self._block(self.collection[i]) for pending in self.node2pending.values() for i in pending]
-        return min(unsent + running, default=None)
-
-    def _lookahead(self, node: WorkerController, pending: list[int]) -> TaskQueue | None:
-        """One episode of the next block for a worker holding only its last episode of the
-        current block: xdist starts an episode once the worker holds the next one (or a shutdown)."""
-        assert self.collection is not None
-        current = self._current_block()
-        if len(pending) != 1 or current is None or self._block(self.collection[pending[0]]) != current:
-            return None
-        queue = self._pool_queue(node, current + 1)
-        if queue is None:
-            return None
-        index = queue.indices.popleft()
-        if not queue.indices:
-            self.pool.remove(queue)
-        return TaskQueue(queue.task, deque([index]), queue.block)
+        """The pool's next queue."""
+        return self.pool.pop(0) if self.pool else None
 
     def _take_tail(self, thief: WorkerController) -> TaskQueue | None:
         """Split off the tail of the queue that, taken over by ``thief``, saves the most time."""
@@ -345,26 +314,18 @@ class AffinityScheduling:
         return same
 
 
-@dataclass(frozen=True)
-class SequentialBlocks:
-    """What the scheduler needs of the sequential gate: an episode's block, and whether to stop."""
-
-    block_of: Callable[[str], int]
-    """Node id -> block of seeds."""
-    settled: Callable[[], bool]
-    """True once the gate's verdict is settled: send nothing more."""
-
-
 class AffinityPlugin:
     """Controller plugin handing xdist the affinity scheduler."""
 
-    def __init__(self, steps: Mapping[str, float], blocks: SequentialBlocks | None = None) -> None:
+    def __init__(self, steps: Mapping[str, float], blocks: SchedulingVariant | None = None) -> None:
         self.steps = steps
         self.blocks = blocks
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Producer) -> AffinityScheduling:
-        return AffinityScheduling(config, log, self.steps, self.blocks)
+        if self.blocks:
+            return self.blocks.scheduling(config, log, self.steps)
+        return AffinityScheduling(config, log, self.steps)
 
 
 def explicit_dist(config: pytest.Config) -> str | None:
@@ -389,7 +350,7 @@ def uses_affinity(config: pytest.Config) -> bool:
     return requested == "affinity" or (requested is None and dist is None)
 
 
-def install(config: pytest.Config, selection: Selection, blocks: SequentialBlocks | None = None) -> None:
+def install(config: pytest.Config, selection: Selection, blocks: SchedulingVariant | None = None) -> None:
     """Register the affinity scheduler on the controller when this session uses it."""
     distributed = config.pluginmanager.has_plugin("xdist") and (
         config.getoption("numprocesses", None) or config.getoption("tx", None)

@@ -22,7 +22,7 @@ from pytest_vlaeval.results.record import ERROR, EpisodeRecord
 from pytest_vlaeval.spec import Selection, Task
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.context import SequentialSettings
+    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
 
 RECORD_ATTR = "vla_records"
 """Attribute of a TestReport that carries the episode's records, one per attempt (JSON-safe dicts)."""

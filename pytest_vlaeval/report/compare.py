@@ -50,7 +50,7 @@ def markdown_table(comparison: Comparison) -> str:
         *(f"{n}. `{run.label}` (policy {run.policy})" for n, run in enumerate(runs, 1)),
         "",
         "SR with its 95% interval; `N - 1`: run N minus run 1, paired on shared seeds "
-        "(difference in points [95% interval], paired seeds, exact sign-flip p).",
+        "(difference in points [95% interval], paired seeds, the method the gate would use for them).",
         "",
         "| row | "
         + " | ".join(str(n) for n in range(1, len(runs) + 1))

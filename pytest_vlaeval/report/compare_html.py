@@ -21,8 +21,8 @@ def render_comparison(comparison: Comparison) -> str:
     body = (
         f"<h1>{escape(title)}</h1><ol>{runs}</ol>"
         f'<p class="muted">Bands and brackets: 95% intervals ({escape(comparison.interval_method)}). '
-        "Differences: each run minus the first, paired on the seeds both completed, with the regression "
-        "gate's interval and exact sign-flip p-value.</p>"
+        "Differences: each run minus the first, paired on the seeds both completed, with the 95% interval "
+        "of the method the regression gate would use for them.</p>"
         f"<h2>Split and group SR across the runs</h2>{chart(comparison)}"
         f"<h2>Table</h2>{_table(comparison)}"
     )
@@ -123,5 +123,5 @@ def format_difference(difference: PairedDifference) -> str:
     low, high = difference.interval
     return (
         f"{100 * difference.difference:+.1f} [{100 * low:+.0f}, {100 * high:+.0f}] pts, "
-        f"{difference.seeds} seeds, p={difference.p_value:.3g}"
+        f"{difference.seeds} seeds, {difference.method}"
     )

@@ -1,9 +1,10 @@
 """Runs compared across checkpoints: split, group and task SRs of every run with their intervals,
 and each run's paired difference to the first on the seeds both completed.
 
-The paired difference is the regression gate's own (``results.gate``: the seed as the unit, its
-interval and its exact sign-flip p-value), asked of every row's tasks, so a comparison and a gate
-never disagree about the same two runs.
+The paired difference is the regression gate's own (``gate``: the seed as the unit, per-seed
+differences on the seeds every compared task has in both runs, and the interval of the method
+the gate would choose for those tasks and seeds), asked of every row's tasks, so a comparison
+and a gate never disagree about the same two runs.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_vlaeval.gate.fixed import paired_interval
+from pytest_vlaeval.gate.sequential import method_for
+from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
 from pytest_vlaeval.report.axes import GROUP_AXES
-from pytest_vlaeval.results.gate import compare as gate_compare
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
@@ -42,8 +45,9 @@ class PairedDifference:
 
     difference: float
     interval: tuple[float, float]
+    """95 %, by ``method``."""
     seeds: int
-    p_value: float
+    method: str
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,8 @@ def _row(
     estimates = tuple(
         _estimate(axis, name, summary, [r for r in per_task if member(r)]) for summary, per_task in loaded
     )
-    differences = tuple(_paired([r for r in per_task if member(r)], paths[0]) for _, per_task in loaded[1:])
+    first = [r for r in loaded[0][1] if member(r)]
+    differences = tuple(_paired([r for r in per_task if member(r)], first) for _, per_task in loaded[1:])
     return Row(axis, name, estimates, differences)
 
 
@@ -162,12 +167,16 @@ def _estimate(axis: str, name: str, summary: Summary, tasks: list[TaskResult]) -
     return Estimate(sr, (bounds[0], bounds[1]))
 
 
-def _paired(tasks: list[TaskResult], first: Path) -> PairedDifference | None:
-    if not tasks:
+def _paired(tasks: list[TaskResult], first: list[TaskResult]) -> PairedDifference | None:
+    """This run minus the first on the row's tasks, paired by seed."""
+    current = {r["env_id"]: task_outcomes(r) for r in tasks}
+    reference = {r["env_id"]: task_outcomes(r) for r in first}
+    compared = [t for t in reference if t in current and current[t] and reference[t]]
+    sums = paired_seed_sums({t: current[t] for t in compared}, {t: reference[t] for t in compared})
+    if not sums:
         return None
-    gate = gate_compare(tasks, first, max_drop=1.0, alpha=None)
-    paired = gate.paired_drop
-    if paired is None or gate.p_value is None:
-        return None
-    drop, (low, high) = paired
-    return PairedDifference(0.0 - drop, (0.0 - high, 0.0 - low), len(gate.seed_sums), gate.p_value)
+    differences = [k / len(compared) for k in sums.values()]
+    method = method_for([sum(reference[t].values()) / len(reference[t]) for t in compared], len(differences))
+    return PairedDifference(
+        sum(differences) / len(differences), paired_interval(differences, method, 0.05), len(differences), method.name
+    )

@@ -12,10 +12,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.gate.baseline import load_baseline
+from pytest_vlaeval.gate.stats import task_outcomes
 from pytest_vlaeval.report.axes import GROUP_AXES
 from pytest_vlaeval.report.page import filters, interval, page, pct, sr_bar
 from pytest_vlaeval.results.chart import NOT_EVALUATED
-from pytest_vlaeval.results.gate import load_baseline, task_outcomes
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.store import write_text_atomic
@@ -178,15 +180,16 @@ def _flips(summary: Summary, per_task: list[TaskResult]) -> str:
     gate: dict[str, Any] = summary.get("gate") or {}
     if not gate.get("baseline"):
         return ""
+    seeds = sorted({s for r in per_task for s in r["episode_seeds"]})
     try:
-        baseline = load_baseline(Path(gate["baseline"]))
-    except (OSError, ValueError) as exc:
+        baseline = load_baseline(Path(gate["baseline"]), [r["env_id"] for r in per_task], seeds).outcomes
+    except (OSError, ValueError, SpecError) as exc:
         return f'<h2>Against the baseline</h2><p class="warn">cannot read the baseline: {escape(str(exc))}</p>'
     rows = []
     for result in per_task:
         if result["env_id"] not in baseline:
             continue
-        mine, theirs = task_outcomes(result), task_outcomes(baseline[result["env_id"]])
+        mine, theirs = task_outcomes(result), baseline[result["env_id"]]
         paired = sorted(set(mine) & set(theirs))
         lost = [s for s in paired if theirs[s] and not mine[s]]
         gained = [s for s in paired if mine[s] and not theirs[s]]

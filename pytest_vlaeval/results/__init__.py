@@ -1,2 +1,2 @@
 """From records to verdicts: the episode record, the run's store and directory, the canonical
-files and their schema, the interval statistics, the gates and the merge of shards."""
+files and their schema, and the merge of shards (the gate is in ``gate``)."""

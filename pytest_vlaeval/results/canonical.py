@@ -12,18 +12,18 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timezone
 
+from pytest_vlaeval.gate.stats import group_sr, seed_clustered_interval, success_rate, wilson
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
-from pytest_vlaeval.results.stats import group_sr, seed_clustered_interval, success_rate, wilson
 from pytest_vlaeval.results.store import write_json_atomic
 from pytest_vlaeval.spec import Selection, Task
 
 CI95_METHODS = {
     "per_task_sr_ci95": "Wilson score interval over the task's seeds",
     "sr_split_ci95": "mean of task SRs; variance with seeds as clusters (tasks share seeds, so they correlate), "
-    "Wilson interval at the effective number of independent episodes",
+    "Wilson interval at the effective number of independent episodes, t quantile on seeds - 1 degrees of freedom",
     "sr_per_split_ci95": "as sr_split_ci95",
     "sr_per_memory_type_ci95": "as sr_split_ci95, over the memory type's tasks",
 }

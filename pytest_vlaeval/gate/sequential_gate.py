@@ -4,10 +4,11 @@ block, and stop the session as soon as the verdict is settled.
 Seeds are the unit (``stats``): block b holds seeds ``start + b*B ... start + (b+1)*B - 1`` of
 every task, and every task's block b is handed out before any task's block b+1 (collection
 order serially; the affinity scheduler under xdist), so a look sees complete per-seed means.
-At each look the anytime-valid confidence sequence of ``sequential`` is evaluated on the
-per-seed paired differences with the baseline (or, with ``--vla-min-sr``, on the per-seed
-means): FAIL or PASS as soon as it excludes the other side of the threshold, UNDECIDED when
-the budget (``--episodes``) runs out first. As in the fixed comparison, a seed where some task
+At each look the bounds of the method ``sequential.choose`` picked at session start (the
+group-sequential t test where that is safe, else the betting confidence sequence) are taken on
+the per-seed drops against the baseline (or, with ``--vla-min-sr``, on the per-seed means):
+FAIL or PASS as soon as they exclude the other side of the threshold, UNDECIDED when the budget
+(``--episodes``) runs out first. As in the fixed comparison, a seed where some task
 has no completed episode (an error) leaves the look, so every per-seed value averages the same
 tasks. Episodes the gate did not need are not errors.
 """
@@ -17,27 +18,35 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_vlaeval.context import SequentialSettings
+import numpy as np
+
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results.gate import load_baseline, outcomes_by_task
+from pytest_vlaeval.gate.baseline import Baseline
+from pytest_vlaeval.gate.plan import Design, start_lines
+from pytest_vlaeval.gate.sequential import BETTING, Method, method_for, running_bounds
+from pytest_vlaeval.gate.stats import group_sr, paired_seed_sums
+from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX, drop_verdict, min_sr_verdict
 from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.results.sequential import drop_bounds, drop_verdict, mean_bounds, min_sr_verdict
-from pytest_vlaeval.results.stats import Outcomes, group_sr, paired_seed_sums
-from pytest_vlaeval.results.verdict import PASS, UNDECIDED, VERDICT_PREFIX
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.context import RunContext
-    from pytest_vlaeval.distribute.scheduler import SequentialBlocks
+    from pytest_vlaeval.distribute.blocks import SequentialBlocks
+    from pytest_vlaeval.spec import Selection
 
-METHOD = "anytime-valid betting confidence sequence (Waudby-Smith & Ramdas 2024), seeds as the unit"
-
-DEFAULT_ALPHA = 0.05
 DEFAULT_BLOCK = 5
-DEFAULT_UNDECIDED_EXIT = 7
-"""Exit status when the budget ran out before the verdict was settled (pytest uses 0-5, the gate 6)."""
+
+
+@dataclass(frozen=True)
+class SequentialSettings:
+    alpha: float
+    block: int
+    """Seeds per block: a look is taken after every task has run a block."""
+    min_sr: float | None = None
+    """One-sample mode: is the split SR above this? Otherwise the drop against the baseline."""
+
+    def block_of(self, seed_index: int) -> int:
+        return seed_index // self.block
 
 
 def settings(
@@ -46,9 +55,8 @@ def settings(
     baseline: str | None,
     shard: str | None,
     min_sr: float | None,
-    alpha: float | None,
+    alpha: float,
     block: int | None,
-    undecided_exit: int | None,
 ) -> SequentialSettings | None:
     """The sequential gate's settings from its options, or None without ``--vla-sequential``."""
     if not sequential:
@@ -64,12 +72,9 @@ def settings(
     if min_sr is not None and not 0 <= min_sr <= 1:
         raise SpecError(f"--vla-min-sr must be a success rate in [0, 1], got {min_sr}")
     block = DEFAULT_BLOCK if block is None else block
-    undecided_exit = DEFAULT_UNDECIDED_EXIT if undecided_exit is None else undecided_exit
     if block < 1:
         raise SpecError(f"--vla-block must be >= 1 seed, got {block}")
-    if not 0 <= undecided_exit <= 255:
-        raise SpecError(f"--vla-undecided-exit must be an exit status in 0-255, got {undecided_exit}")
-    return SequentialSettings(DEFAULT_ALPHA if alpha is None else alpha, block, undecided_exit, min_sr)
+    return SequentialSettings(alpha, block, min_sr)
 
 
 @dataclass
@@ -89,8 +94,10 @@ class SequentialGate:
     start_seed: int
     last_block: int
     max_drop: float
-    baseline_dir: Path | None = None
-    baseline: dict[str, Outcomes] = field(default_factory=dict)
+    method: Method
+    reference_srs: list[float]
+    """The baseline's task SRs, or the min SR for every task: what the method was chosen on."""
+    baseline: Baseline | None = None
     pending: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     looks: list[Look] = field(default_factory=list)
     stopped: bool = False
@@ -100,30 +107,47 @@ class SequentialGate:
     """The command that completes the canonical run after an early stop."""
 
     @classmethod
-    def create(cls, run: RunContext) -> SequentialGate:
-        """From the run's context; a baseline that cannot pair with this run is a usage error."""
-        selection = run.selection
-        gate = cls(run.sequential, selection.start_seed, (selection.episodes - 1) // run.sequential.block, run.max_drop)
-        if run.sequential.min_sr is None:
-            try:
-                found = outcomes_by_task(load_baseline(run.baseline).values())
-            except (OSError, ValueError) as exc:
-                raise SpecError(f"--vla-sequential: cannot read the baseline: {exc}") from None
-            tasks = [t.env_id for t in selection.tasks if found.get(t.env_id)]
-            if not tasks:
-                raise SpecError(
-                    f"--vla-sequential: the baseline {run.baseline} has no per-seed results (episode_seeds) "
-                    "for any selected task"
-                )
-            gate.baseline_dir, gate.baseline = run.baseline, {t: found[t] for t in tasks}
-        return gate
+    def create(
+        cls, settings: SequentialSettings, selection: Selection, max_drop: float, baseline: Baseline | None
+    ) -> SequentialGate:
+        """The gate for this selection; the method is chosen here, before any episode runs."""
+        seeds = selection.episodes
+        if settings.min_sr is None:
+            assert baseline is not None
+            reference_srs = baseline.srs()
+        else:
+            reference_srs = [settings.min_sr] * len(selection.tasks)
+        method = method_for(reference_srs, seeds)
+        last_block = (seeds - 1) // settings.block
+        return cls(settings, selection.start_seed, last_block, max_drop, method, reference_srs, baseline)
+
+    @property
+    def tasks(self) -> int:
+        return len(self.reference_srs)
+
+    def design(self, seeds: int) -> Design:
+        """This gate at a budget of ``seeds``, for the plan."""
+        min_sr = self.settings.min_sr
+        threshold = self.max_drop if min_sr is None else min_sr
+        method = method_for(self.reference_srs, seeds)
+        return Design(method, self.settings.alpha, self.settings.block, threshold, min_sr is not None)
+
+    def start_lines(self) -> list[str]:
+        """What to say before any episode runs: when PASS and FAIL are possible, and the chances."""
+        seeds = self.settings.block * (self.last_block + 1)
+        return start_lines(self.design(seeds), self.tasks, seeds)
+
+    @property
+    def planned_looks(self) -> int:
+        """Looks the budget allows (every block's end)."""
+        return self.last_block + 1
 
     def block_of_seed(self, seed: int) -> int:
         return self.settings.block_of(seed - self.start_seed)
 
     def scheduling(self) -> SequentialBlocks:
         """What the affinity scheduler needs: blocks by node id, and whether to stop sending."""
-        from pytest_vlaeval.distribute.scheduler import SequentialBlocks
+        from pytest_vlaeval.distribute.blocks import SequentialBlocks
         from pytest_vlaeval.episodes.nodeid import parse_nodeid
 
         def block_of(nodeid: str) -> int:
@@ -158,25 +182,33 @@ class SequentialGate:
         for (task, seed), record in latest.items():
             if seed < end and record.completed:
                 current[task][seed] = bool(record.success)
-        alpha = self.settings.alpha
         if self.settings.min_sr is None:
+            assert self.baseline is not None
+            compared = self.baseline.outcomes
             sums = paired_seed_sums(
-                {t: current.get(t, {}) for t in self.baseline},
-                {t: {s: y for s, y in o.items() if s < end} for t, o in self.baseline.items()},
+                {t: current.get(t, {}) for t in compared},
+                {t: {s: y for s, y in o.items() if s < end} for t, o in compared.items()},
             )
             if not sums:
                 return Look(block, 0, 0.0, (-1.0, 1.0), UNDECIDED)
-            estimate, lower, upper = drop_bounds([k / len(self.baseline) for k in sums.values()], alpha)
-            verdict = str(drop_verdict(lower[-1], upper[-1], self.max_drop))
-            return Look(block, len(sums), float(estimate[-1]), (float(lower[-1]), float(upper[-1])), verdict)
+            drops = [-k / len(compared) for k in sums.values()]
+            lower, upper = self._bounds(drops, (-1.0, 1.0))
+            verdict = str(drop_verdict(lower, upper, self.max_drop))
+            return Look(block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict)
         tasks = [t for t in current if current[t]]
         seeds = sorted(set.intersection(*(set(current[t]) for t in tasks))) if tasks else []
         if not seeds:
             return Look(block, 0, 0.0, (0.0, 1.0), UNDECIDED)
         means = [group_sr(current[t][s] for t in tasks) for s in seeds]
-        estimate, lower, upper = mean_bounds(means, alpha)
-        verdict = str(min_sr_verdict(lower[-1], upper[-1], self.settings.min_sr))
-        return Look(block, len(seeds), float(estimate[-1]), (float(lower[-1]), float(upper[-1])), verdict)
+        lower, upper = self._bounds(means, (0.0, 1.0))
+        verdict = str(min_sr_verdict(lower, upper, self.settings.min_sr))
+        return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict)
+
+    def _bounds(self, values: list[float], value_range: tuple[float, float]) -> tuple[float, float]:
+        lower, upper = running_bounds(
+            np.asarray(values), self.method, self.settings.alpha, self.planned_looks, value_range
+        )
+        return float(lower[-1]), float(upper[-1])
 
     # -- the verdict -------------------------------------------------------------------------
 
@@ -188,30 +220,40 @@ class SequentialGate:
     def passed(self) -> bool:
         return self.outcome == PASS
 
+    @property
+    def _method(self) -> str:
+        return f"sequential {self.method.name}, seeds as the unit ({self.method.reason})"
+
     def verdict(self) -> str:
         alpha = self.settings.alpha
         if not self.looks:
-            return f"{VERDICT_PREFIX}: {UNDECIDED}: no block completed; method: {METHOD}, alpha {alpha:g}"
+            return f"{VERDICT_PREFIX}: {UNDECIDED}: no block completed; method: {self._method}, alpha {alpha:g}"
         look = self.looks[-1]
         low, high = look.interval
+        label = f"{1 - alpha:.0%} {'CS' if self.method.name == BETTING else 'bounds'}"
         if self.settings.min_sr is None:
-            what = f"split SR drop {look.estimate:+.3f} [{1 - alpha:.0%} CS {low:+.3f}, {high:+.3f}] vs max drop {self.max_drop:.3f}"
+            what = (
+                f"split SR drop {look.estimate:+.3f} [{label} {low:+.3f}, {high:+.3f}] vs max drop {self.max_drop:.3f}"
+            )
         else:
-            what = f"split SR {look.estimate:.3f} [{1 - alpha:.0%} CS {low:.3f}, {high:.3f}] vs min SR {self.settings.min_sr:.3f}"
+            what = f"split SR {look.estimate:.3f} [{label} {low:.3f}, {high:.3f}] vs min SR {self.settings.min_sr:.3f}"
         stop = f", stopped early ({self.saved} episodes saved)" if self.stopped else ""
+        not_compared = (
+            f"; not compared: {self.baseline.not_compared}" if self.baseline and self.baseline.not_compared else ""
+        )
         return (
-            f"{VERDICT_PREFIX}: {look.verdict}: {what} after {len(self.looks)} looks ({look.seeds} seeds){stop}; "
-            f"method: {METHOD}, alpha {alpha:g}"
+            f"{VERDICT_PREFIX}: {look.verdict}: {what} after {len(self.looks)} looks ({look.seeds} seeds){stop}"
+            f"{not_compared}; method: {self._method}, alpha {alpha:g}"
         )
 
     def as_dict(self) -> dict[str, Any]:
         """The gate's fields in ``summary.json``."""
         look = self.looks[-1] if self.looks else None
         return {
-            "method": METHOD,
+            "method": self._method,
             "verdict": self.outcome,
             "verdict_line": self.verdict(),
-            "baseline": str(self.baseline_dir) if self.baseline_dir else None,
+            "baseline": str(self.baseline.directory) if self.baseline else None,
             "max_drop": self.max_drop if self.settings.min_sr is None else None,
             "min_sr": self.settings.min_sr,
             "alpha": self.settings.alpha,
@@ -219,7 +261,7 @@ class SequentialGate:
             "looks": len(self.looks),
             "seeds_looked_at": look.seeds if look else 0,
             "estimate": look.estimate if look else None,
-            "confidence_sequence": list(look.interval) if look else None,
+            "bounds": list(look.interval) if look else None,
             "stopped_early": self.stopped,
             "episodes_saved": self.saved,
             "complete_with": self.resume_command if self.stopped else None,

@@ -1,0 +1,129 @@
+"""A gate's baseline: a directory of per-task ``<ENV_ID>.json`` files, read and checked once, when
+the session starts, so that a baseline the gate cannot use stops the session with one line
+naming the file and the field before any episode runs (rather than a traceback, or a verdict,
+after the whole evaluation).
+
+Only the selected tasks' files are read; other files (``summary.json``, another split's tasks)
+are none of the gate's business. The gate pairs episodes by seed, so a task's file must list
+``episode_seeds`` beside ``successes``, and the baseline must share at least one seed with this
+run on every task it has.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.gate.stats import Outcomes
+
+
+@dataclass(frozen=True)
+class Baseline:
+    directory: Path
+    outcomes: dict[str, Outcomes]
+    """Selected tasks with at least one completed episode there: seed -> success."""
+    missing: tuple[str, ...] = ()
+    """Selected tasks without a file in the baseline."""
+    all_errors: tuple[str, ...] = ()
+    """Selected tasks whose file lists no completed episode."""
+
+    @property
+    def not_compared(self) -> str:
+        """The selected tasks the gate cannot compare, for its verdict line ('' when none)."""
+        parts = []
+        if self.missing:
+            parts.append(f"not in the baseline: {', '.join(self.missing)}")
+        if self.all_errors:
+            parts.append(f"no completed episode in the baseline: {', '.join(self.all_errors)}")
+        return "; ".join(parts)
+
+    def srs(self) -> list[float]:
+        """Each compared task's baseline SR (over its completed episodes)."""
+        return [sum(o.values()) / len(o) for o in self.outcomes.values()]
+
+
+def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int]) -> Baseline:
+    """The baseline for the selected tasks and this run's seeds; ``SpecError`` when the gate cannot use it."""
+    where = f"--vla-baseline {directory}"
+    if not directory.exists():
+        raise SpecError(f"{where}: no such directory")
+    if not directory.is_dir():
+        raise SpecError(f"{where}: a file; expected a directory of per-task results (<ENV_ID>.json)")
+    outcomes, missing, all_errors = {}, [], []
+    for env_id in env_ids:
+        file = directory / f"{env_id}.json"
+        if not file.is_file():
+            missing.append(env_id)
+            continue
+        task = _task_outcomes(file, env_id)
+        if task:
+            outcomes[env_id] = task
+        else:
+            all_errors.append(env_id)
+    if not outcomes:
+        present = sorted(p.stem for p in directory.glob("*.json") if p.name != "summary.json")
+        has = f"it has {_names(present)}" if present else "it has no per-task <ENV_ID>.json file"
+        raise SpecError(
+            f"{where}: no selected task has a completed episode there ({has}; this run needs {_names(env_ids)})"
+        )
+    wanted = set(seeds)
+    common = set.intersection(*(set(o) & wanted for o in outcomes.values()))
+    if not common:
+        theirs = sorted(set().union(*(set(o) for o in outcomes.values())))
+        raise SpecError(
+            f"{where}: no seed of this run is in the baseline for every compared task, so nothing can be paired "
+            f"(it has seeds {_span(theirs)}, this run needs {_span(sorted(wanted))}; see --vla-start-seed and --episodes)"
+        )
+    return Baseline(directory, outcomes, tuple(missing), tuple(all_errors))
+
+
+def _task_outcomes(file: Path, env_id: str) -> dict[int, bool]:
+    """seed -> success of one per-task file, every field the gate reads checked."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8-sig"))  # a byte-order mark is harmless
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"--vla-baseline {file}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"--vla-baseline {file}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"--vla-baseline {file}: expected a JSON object, got {type(data).__name__}")
+    if data.get("env_id") != env_id:
+        raise SpecError(f"--vla-baseline {file}: env_id is {data.get('env_id')!r}, expected {env_id!r} (its file name)")
+    successes = _field(file, data, "successes", lambda v: isinstance(v, bool), "true/false")
+    if "episode_seeds" not in data:
+        raise SpecError(f"--vla-baseline {file}: no episode_seeds field; the gate pairs episodes by seed")
+    seeds = _field(
+        file, data, "episode_seeds", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "seeds"
+    )
+    if len(seeds) != len(successes):
+        raise SpecError(f"--vla-baseline {file}: {len(seeds)} episode_seeds for {len(successes)} successes")
+    if len(set(seeds)) != len(seeds):
+        raise SpecError(f"--vla-baseline {file}: episode_seeds lists a seed twice")
+    sr = data.get("sr", 0.0)
+    if isinstance(sr, bool) or not isinstance(sr, int | float) or not 0 <= sr <= 1:
+        raise SpecError(f"--vla-baseline {file}: sr is {json.dumps(sr)}, expected a success rate in [0, 1]")
+    return dict(zip(seeds, successes, strict=True))
+
+
+def _field(file: Path, data: dict[str, Any], name: str, valid: Any, what: str) -> list[Any]:
+    values = data.get(name)
+    if not isinstance(values, list) or not all(valid(v) for v in values):
+        raise SpecError(f"--vla-baseline {file}: {name} must be a list of {what}, got {json.dumps(values)[:60]}")
+    return values
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _span(seeds: Sequence[int]) -> str:
+    """Seeds as a range when they are one, else the first few and the count."""
+    if not seeds:
+        return "none"
+    if seeds[-1] - seeds[0] + 1 == len(seeds):
+        return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+    return ", ".join(map(str, seeds[:3])) + f", ... ({len(seeds)} seeds)"
