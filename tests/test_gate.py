@@ -317,7 +317,7 @@ def test_fixed_gate_that_cannot_fail_says_so_first_and_is_undecided(fake: pytest
             "vlaeval gate plan: betting confidence sequence (2 tasks < 10); earliest PASS at not within this budget, "
             "earliest FAIL at not within this budget of 5",
             "vlaeval gate: this run pairs 5 seeds with the baseline: too few to show a drop above 0.05 at alpha 0.05*",
-            "*Alpha-v0 seed 100*",
+            "fake-short FFFFF",
             "vlaeval gate: UNDECIDED: split SR drop +1.000 paired on 5 seeds x 2 tasks*; 5 paired seeds cannot show "
             "a drop above max drop at this alpha*",
         ]

@@ -140,7 +140,9 @@ def test_a_chart_or_report_the_disk_refuses_is_one_line_and_never_decides_the_ex
     fake.runpytest(*args)
     directory = run_dir(fake)
     chart, report = full(directory / "summary.png"), full(directory / "report.md")
-    result = fake.runpytest(*args, f"--vla-baseline={baseline}", "--vla-rerun=failures")
+    # 3 seeds cannot decide; the gate's own exit for that is set to 0, so any other status is the disk's
+    gated = [f"--vla-baseline={baseline}", "--vla-undecided-exit=0"]
+    result = fake.runpytest(*args, *gated, "--vla-rerun=failures")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     out = result.stdout.str()
     assert "Traceback" not in out and "INTERNALERROR" not in out
@@ -149,11 +151,11 @@ def test_a_chart_or_report_the_disk_refuses_is_one_line_and_never_decides_the_ex
             "*Alpha-v0 * Short * Object *",
             f"not written: no space left on /dev writing {chart}",
             f"not written: no space left on /dev writing {report}",
-            "vlaeval gate: PASS*",
+            "vlaeval gate: UNDECIDED*",
         ]
     )
     assert not chart.exists() and not report.exists(), "nothing torn or stale is left beside the summary"
-    assert read_json(directory / "summary.json")["gate"]["verdict"] == "PASS"
+    assert read_json(directory / "summary.json")["gate"]["verdict"] == "UNDECIDED"
 
 
 def test_canonical_files_the_disk_refuses_are_one_line_and_never_a_pass(
@@ -171,10 +173,13 @@ def test_canonical_files_the_disk_refuses_are_one_line_and_never_a_pass(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(store, "_write_text_atomic", no_space)
-    result = fake.runpytest(*args, f"--vla-baseline={baseline}", "--vla-rerun=failures")
+    gated = [f"--vla-baseline={baseline}", "--vla-undecided-exit=0"]  # the gate alone would exit 0
+    result = fake.runpytest(*args, *gated, "--vla-rerun=failures")
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
     assert "Traceback" not in result.stdout.str()
-    result.stdout.fnmatch_lines([f"not written: no space left on * writing {first_canonical}", "vlaeval gate: PASS*"])
+    result.stdout.fnmatch_lines(
+        [f"not written: no space left on * writing {first_canonical}", "vlaeval gate: UNDECIDED*"]
+    )
 
 
 def test_a_merge_whose_chart_the_disk_refuses_says_so_and_keeps_the_merged_run(
