@@ -42,6 +42,7 @@ class BenchPolicy:
 
     chunk_size = CHUNK
     width = WIDTH
+    device = "cpu"
 
     def __init__(self) -> None:
         torch.set_num_threads(1)
@@ -49,7 +50,8 @@ class BenchPolicy:
         layers = [torch.nn.Linear(6 * 16 * 16 + 7, self.width), torch.nn.ReLU()]
         for _ in range(3):
             layers += [torch.nn.Linear(self.width, self.width), torch.nn.ReLU()]
-        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(self.width, CHUNK * 7), torch.nn.Tanh()).eval()
+        net = torch.nn.Sequential(*layers, torch.nn.Linear(self.width, CHUNK * 7), torch.nn.Tanh())
+        self.net = net.eval().to(self.device)
         self.config = {"parameters": sum(p.numel() for p in self.net.parameters())}
 
     def reset(self, episode: EpisodeInfo) -> None:
@@ -60,16 +62,22 @@ class BenchPolicy:
 
     @torch.inference_mode()
     def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> np.ndarray:
-        rgb = torch.as_tensor(np.concatenate([np.asarray(o["rgb"]) for o in observations]))
+        rgb = torch.as_tensor(np.concatenate([np.asarray(o["rgb"]) for o in observations]), device=self.device)
         image = torch.nn.functional.avg_pool2d(rgb.permute(0, 3, 1, 2).float() / 255, 8).flatten(1)
-        proprio = torch.as_tensor(np.concatenate([np.asarray(o["proprio"]) for o in observations]))
-        return self.net(torch.cat([image, proprio], 1)).view(-1, CHUNK, 7).numpy()
+        proprio = torch.as_tensor(np.concatenate([np.asarray(o["proprio"]) for o in observations]), device=self.device)
+        return self.net(torch.cat([image, proprio], 1)).view(-1, CHUNK, 7).cpu().numpy()
 
 
 class SmokeBenchPolicy(BenchPolicy):
     """The same network, narrow enough that ``--smoke`` builds it in a blink."""
 
     width = 256
+
+
+class CudaBenchPolicy(BenchPolicy):
+    """The same network on the first CUDA device (``scripts/gpu_bench.py``'s serving rows)."""
+
+    device = "cuda"
 
 
 def mikasa_obs(seed: int) -> dict[str, Any]:

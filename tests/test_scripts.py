@@ -14,7 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 PYTHON_SCRIPTS = sorted(path.name for path in SCRIPTS.glob("*.py"))
-SHELL_SCRIPTS = ["evaluate.sh"]
+SHELL_SCRIPTS = ["evaluate.sh", "gpu_check.sh"]
 
 
 def run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -95,3 +95,61 @@ def test_bench_protocols_smoke() -> None:
         "vla-eval (vla-eval://)",
         "vla-eval's own server (vla-eval://)",
     ]
+
+
+@pytest.fixture
+def gpu_bench():
+    """scripts/gpu_bench.py as a module (it imports bench_serving from its own folder)."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import gpu_bench
+
+        yield gpu_bench
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def episode_record(task: str, seed: int, success: bool, length: int, ret: float, built: bool = False) -> dict:
+    return {
+        "task": task,
+        "seed": seed,
+        "success": success,
+        "length": length,
+        "episode_return": ret,
+        "wall_time": 0.5 + length * 0.01 + (2.0 if built else 0.0),
+        "env_built": built,
+        "render_backend": "gpu",
+    }
+
+
+def test_parity_rows_report_every_difference(gpu_bench) -> None:
+    cpu = gpu_bench.Session(1.0, [episode_record("A", 1, True, 20, 1.25), episode_record("A", 2, False, 25, 0.5)])
+    gpu = gpu_bench.Session(1.0, [episode_record("A", 1, True, 20, 1.25 + 3e-6), episode_record("A", 2, True, 24, 0.5)])
+    rows = gpu_bench.parity_rows(gpu, cpu)
+    assert "same, |d return| 3.00e-06" in rows[0][3]
+    assert "DIFFERENT success/length" in rows[1][3]
+    assert rows[-1][1:] == ["largest |return difference|", "render ['gpu']", "3.000e-06"]
+    without_gpu = gpu_bench.parity_rows(None, cpu)
+    assert [row[3] for row in without_gpu] == ["gpu skipped", "gpu skipped"]
+
+
+def test_scaling_row_separates_env_builds_from_steps(gpu_bench) -> None:
+    records = [episode_record("A", 1, True, 20, 1.0, built=True), episode_record("A", 2, True, 30, 1.0)]
+    session = gpu_bench.Session(4.0, records, worker_rss={10: 2**30}, worker_gpu={10: 3 * 2**29})
+    row = gpu_bench.scaling_row("gpu", 4, session)
+    assert row[:3] == ["2 scaling", "-n 4", "--vla-render=gpu"]
+    # Reused episode: 0.8 s over 30 steps; the built one: 2.7 s, of which 20 steps at that pace.
+    assert row[3] == "build 2.2 s, step 26.7 ms, RSS/worker 1024 MiB, GPU/worker 1536 MiB, 0.500 episodes/s"
+
+
+@pytest.mark.mikasa
+def test_gpu_check_without_a_gpu_runs_every_cpu_row() -> None:
+    """No CUDA device here: one line says so, the CPU rows of all four parts run, exit 0."""
+    proc = run_script("gpu_check.sh", "--smoke", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "no CUDA device: GPU rows skipped" in lines
+    parts = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and not line.startswith("| part")]
+    assert sorted(set(parts)) == ["1 parity", "2 scaling", "3 serving", "4 libero"]
+    assert "gpu skipped" in proc.stdout
