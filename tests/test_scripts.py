@@ -153,3 +153,12 @@ def test_gpu_check_without_a_gpu_runs_every_cpu_row() -> None:
     parts = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and not line.startswith("| part")]
     assert sorted(set(parts)) == ["1 parity", "2 scaling", "3 serving", "4 libero"]
     assert "gpu skipped" in proc.stdout
+
+
+@pytest.mark.mikasa
+def test_bench_scheduling_smoke() -> None:
+    """The reference runner and a pytest session under -n 2 on the same real episodes agree exactly."""
+    proc = run_script("bench_scheduling.py", "--smoke", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "every row gives the same success, length and return per episode: yes" in proc.stdout
+    assert [line.split()[0] for line in proc.stdout.splitlines()[2:4]] == ["reference", "affinity"]
