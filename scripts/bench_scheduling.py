@@ -12,6 +12,7 @@ episodes" column (seconds inside episodes, summed over workers) and the load ave
 much the machine slowed each row: the same work costs more seconds on a busier machine.
 
     python scripts/bench_scheduling.py [--tasks A,B,...] [--episodes 6] [--workers 2] [--repeat 1] [--keep DIR]
+    python scripts/bench_scheduling.py --smoke   (one task, 2 seeds, the reference and the affinity row)
 
 Not a test: it takes minutes on a CPU (software Vulkan) machine.
 """
@@ -163,7 +164,7 @@ def reference_main(tasks: list[str], episodes: int) -> None:
 
 
 def table(rows: list[Row], tasks: list[str], episodes: int, workers: int, reference: Row) -> str:
-    best_builtin = min(row.wall for row in rows if row.name.startswith("--dist"))
+    best_builtin = min((row.wall for row in rows if row.name.startswith("--dist")), default=None)
     lines = [
         f"{len(tasks)} tasks x {episodes} seeds = {len(tasks) * episodes} episodes; pytest rows under -n {workers}",
         f"{'':<26}{'wall [s]':>9}{'env builds':>12}{'episodes/s':>12}{'x reference':>13}{'x best built-in':>17}"
@@ -171,7 +172,7 @@ def table(rows: list[Row], tasks: list[str], episodes: int, workers: int, refere
     ]
     for row in [reference, *rows]:
         speedup = reference.wall / row.wall
-        versus = "" if row is reference else f"{best_builtin / row.wall:.2f}"
+        versus = "" if row is reference or best_builtin is None else f"{best_builtin / row.wall:.2f}"
         busy = f"{statistics.median(row.busy):.1f}" if row.busy else "-"
         lines.append(
             f"{row.name:<26}{row.wall:>9.1f}{row.builds:>12}{len(row.outcomes) / row.wall:>12.3f}"
@@ -189,22 +190,28 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="xdist workers for the pytest rows [2]")
     parser.add_argument("--repeat", type=int, default=1, help="runs per row; the median wall time is shown [1]")
     parser.add_argument("--keep", type=Path, help="keep each run's directory (results, episode records) under this one")
+    parser.add_argument(
+        "--smoke", action="store_true", help="one task, 2 seeds, only the reference and affinity rows: does it run"
+    )
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    modes = MODES
+    if args.smoke:
+        tasks, args.episodes, modes = tasks[:1], 2, {"affinity (default)": []}
     if args.reference:
         reference_main(tasks, args.episodes)
         return
 
     reference = Row(REFERENCE)
-    rows = [Row(name) for name in MODES]
+    rows = [Row(name) for name in modes]
     with tempfile.TemporaryDirectory(prefix="bench-scheduling-") as scratch:
         for attempt in range(args.repeat):
             reference.add(*run_reference(tasks, args.episodes))
             print(f"[{attempt + 1}/{args.repeat}] {REFERENCE}: {reference.walls[-1]:.1f} s", file=sys.stderr)
             for number, row in enumerate(rows):
                 workdir = (args.keep or Path(scratch)) / f"{attempt}-{number}"
-                row.add(*run_pytest(MODES[row.name], tasks, args.episodes, args.workers, workdir))
+                row.add(*run_pytest(modes[row.name], tasks, args.episodes, args.workers, workdir))
                 print(
                     f"[{attempt + 1}/{args.repeat}] {row.name}: {row.walls[-1]:.1f} s, {row.builds} builds",
                     file=sys.stderr,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -251,6 +252,25 @@ def test_lavapipe_icd_is_found_by_pattern(tmp_path: Path, monkeypatch: pytest.Mo
     assert render.find_lavapipe_icd() is None
     (tmp_path / "lvp_icd.x86_64.json").write_text(json.dumps({"ICD": {}}))
     assert render.find_lavapipe_icd() == str(tmp_path / "lvp_icd.x86_64.json")
+
+
+@pytest.mark.parametrize(("workers", "threads"), [(None, "16"), ("1", "16"), ("4", "4"), ("16", "1"), ("32", "1")])
+def test_software_render_threads_share_the_cores_among_workers(
+    workers: str | None, threads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of N xdist workers gets cores / N lavapipe threads, not a fixed count per process."""
+    monkeypatch.setattr(render.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.delenv("LP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
+    if workers is None:
+        monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+    render.set_backend_env("cpu")
+    assert os.environ["LP_NUM_THREADS"] == threads
+    monkeypatch.setenv("LP_NUM_THREADS", "3")
+    render.set_backend_env("cpu")
+    assert os.environ["LP_NUM_THREADS"] == "3", "the user's own setting wins"
 
 
 def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The GPU path in one command, on a machine that reaches no package index: loaders, ICDs, an
+# environment from the wheel cache, then scripts/gpu_bench.py's table (render parity, scaling,
+# serving, LIBERO on EGL). Without a CUDA device the GPU rows are skipped and the rest runs.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${VLAEVAL_GPU_CACHE:-$ROOT/.gpu-cache}     # parts of the wheel and .deb cache (git-ignored)
+PREFIX=${VLAEVAL_GPU_PREFIX:-$ROOT/.gpu-env}     # the venv, the unpacked loaders, the joined wheels
+PYTHON=${PYTHON:-python3}
+PART_MIB=${VLAEVAL_GPU_PART_MIB:-60}
+DEBS=(libvulkan1 libegl1 libglvnd0)
+ICD_GLOBS=(/usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json
+    /usr/local/nvidia/icd.d/nvidia_icd*.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json)
+EGL_GLOBS=(/usr/share/glvnd/egl_vendor.d/*nvidia*.json /etc/glvnd/egl_vendor.d/*nvidia*.json
+    /usr/local/nvidia/share/glvnd/egl_vendor.d/*nvidia*.json)
+
+usage() {
+    cat <<EOF
+usage: scripts/gpu_check.sh [--smoke] [GPU_BENCH_ARGS...]
+       scripts/gpu_check.sh --fetch-wheels
+
+Run scripts/gpu_bench.py's table on this machine, setting up what it lacks first:
+  - the Vulkan and EGL loaders, unpacked from the cached .deb files when ldconfig finds none;
+  - the NVIDIA Vulkan ICD and EGL vendor files, exported as VK_DRIVER_FILES and
+    __EGL_VENDOR_LIBRARY_FILENAMES when found and not already set;
+  - when \$PYTHON ($PYTHON) cannot import the simulator stack: a venv in $PREFIX that sees the
+    system's CUDA torch, filled from the wheel cache with --no-index (no package index needed).
+Without a CUDA device it prints "no CUDA device: GPU rows skipped" and runs the CPU rows.
+
+--fetch-wheels (where a package index is reachable): download scripts/gpu-requirements.txt as
+CPython 3.12 manylinux wheels and the loaders' .deb files, in parts of at most $PART_MIB MiB under
+$CACHE/part-NN (bigger files split in pieces), so that each part can travel on its own.
+--smoke: gpu_bench.py's few-minute version (one episode, -n 1, LIBERO's render check).
+Environment: PYTHON, VLAEVAL_GPU_CACHE, VLAEVAL_GPU_PREFIX, VLAEVAL_GPU_PART_MIB.
+EOF
+}
+
+say() { echo "gpu_check: $*" >&2; }
+
+fetch_wheels() {
+    local flat="$CACHE/download"
+    mkdir -p "$flat"
+    local platforms=()
+    for tag in manylinux1 manylinux_2_5 manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 linux; do
+        platforms+=(--platform "${tag}_x86_64")
+    done
+    grep -v '^#' "$ROOT/scripts/gpu-requirements.txt" | while read -r requirement; do
+        [ -n "$requirement" ] || continue
+        "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps --ignore-requires-python \
+            --only-binary=:all: --implementation cp --python-version 3.12 "${platforms[@]}" -d "$flat" "$requirement" ||
+            # Pure-Python packages published as source only: build their wheel here, once.
+            "$PYTHON" -m pip wheel -q --disable-pip-version-check --no-deps -w "$flat" "$requirement"
+    done
+    (cd "$flat" && apt-get download "${DEBS[@]}")
+    pack_parts "$flat"
+    rm -rf "$flat"
+    du -sh "$CACHE"/part-* >&2
+}
+
+pack_parts() {
+    # Files into part-NN folders of at most PART_MIB MiB; a bigger file goes in pieces of that size.
+    local flat=$1 limit=$((PART_MIB * 1024 * 1024)) part=0
+    local used=$limit
+    find "$flat" -maxdepth 1 -type f -printf '%s %f\n' | sort -rn | while read -r size name; do
+        if [ "$size" -gt "$limit" ]; then
+            split -b "$limit" -d "$flat/$name" "$flat/$name.piece-"
+            rm "$flat/$name"
+            for piece in "$flat/$name".piece-*; do
+                part=$((part + 1))
+                mkdir -p "$CACHE/$(printf 'part-%02d' "$part")"
+                mv "$piece" "$CACHE/$(printf 'part-%02d' "$part")/"
+            done
+            continue
+        fi
+        if [ $((used + size)) -gt "$limit" ]; then part=$((part + 1)); used=0; fi
+        mkdir -p "$CACHE/$(printf 'part-%02d' "$part")"
+        mv "$flat/$name" "$CACHE/$(printf 'part-%02d' "$part")/"
+        used=$((used + size))
+    done
+}
+
+join_cache() {
+    # The parts back into one folder, pieces joined in order.
+    local joined="$PREFIX/cache"
+    mkdir -p "$joined"
+    find "$CACHE" -path "$CACHE/part-*" -type f ! -name '*.piece-*' -exec cp -u {} "$joined/" \;
+    find "$CACHE" -path "$CACHE/part-*" -name '*.piece-00' | while read -r first; do
+        local name
+        name=$(basename "${first%.piece-00}")
+        [ -f "$joined/$name" ] || find "$CACHE" -name "$name.piece-*" -printf '%f %p\n' | sort | cut -d' ' -f2- |
+            xargs cat >"$joined/$name"
+    done
+    echo "$joined"
+}
+
+setup_loaders() {
+    local missing=()
+    ldconfig -p | grep -q 'libvulkan\.so\.1' || missing+=(libvulkan1)
+    ldconfig -p | grep -q 'libEGL\.so\.1' || missing+=(libegl1 libglvnd0)
+    [ ${#missing[@]} -gt 0 ] || return 0
+    local cache root="$PREFIX/sysroot"
+    cache=$(join_cache)
+    for package in "${missing[@]}"; do
+        local deb
+        deb=$(find "$cache" -name "${package}_*.deb" | head -n 1)
+        if [ -z "$deb" ]; then
+            say "no $package in ldconfig and no ${package}_*.deb in $CACHE: run --fetch-wheels where apt works"
+            return 1
+        fi
+        dpkg -x "$deb" "$root"
+    done
+    export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    say "loaders from .deb files: ${missing[*]} (LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu)"
+}
+
+first_file() {
+    for pattern in "$@"; do
+        [ -f "$pattern" ] && { echo "$pattern"; return 0; }
+    done
+    return 1
+}
+
+setup_icds() {
+    command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || return 0
+    local icd egl
+    if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && icd=$(first_file "${ICD_GLOBS[@]}"); then
+        export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+        say "NVIDIA Vulkan ICD: $icd"
+    fi
+    if [ -z "${__EGL_VENDOR_LIBRARY_FILENAMES:-}" ] && egl=$(first_file "${EGL_GLOBS[@]}"); then
+        export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
+        say "NVIDIA EGL vendor: $egl"
+    fi
+}
+
+stack_python() {
+    # $PYTHON when it already runs the stack, else the venv built from the wheel cache.
+    local probe="import pytest_vlaeval, mani_skill, sapien, mikasa_robo_suite, torch"
+    if "$PYTHON" -c "$probe" 2>/dev/null; then
+        command -v "$PYTHON"
+        return
+    fi
+    if ! "$PREFIX/venv/bin/python" -c "$probe" 2>/dev/null; then
+        local cache
+        cache=$(join_cache)
+        say "building $PREFIX/venv from the wheel cache (no package index)"
+        "$PYTHON" -m venv --system-site-packages "$PREFIX/venv"
+        "$PREFIX/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "$cache" \
+            --no-deps --ignore-requires-python -r "$ROOT/scripts/gpu-requirements.txt" >&2
+        "$PREFIX/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps \
+            --no-build-isolation -e "$ROOT" >&2
+    fi
+    echo "$PREFIX/venv/bin/python"
+}
+
+main() {
+    case "${1:-}" in
+    -h | --help) usage; return 0 ;;
+    --fetch-wheels) fetch_wheels; return ;;
+    esac
+    setup_loaders
+    setup_icds
+    local python
+    python=$(stack_python)
+    say "python: $python"
+    "$python" "$ROOT/scripts/gpu_bench.py" "$@"
+}
+
+main "$@"

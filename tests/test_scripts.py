@@ -1,0 +1,164 @@
+"""Scripts are code: every script answers ``--help`` and runs its smoke mode, so a refactor of the
+package cannot break one silently."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+PYTHON_SCRIPTS = sorted(path.name for path in SCRIPTS.glob("*.py"))
+SHELL_SCRIPTS = ["evaluate.sh", "gpu_check.sh"]
+
+
+def run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The script as a user runs it: its own process, from the repository root, this interpreter first on PATH."""
+    command = [sys.executable, str(SCRIPTS / name)] if name.endswith(".py") else ["bash", str(SCRIPTS / name)]
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    return subprocess.run([*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", PYTHON_SCRIPTS + SHELL_SCRIPTS)
+def test_script_answers_help(name: str) -> None:
+    proc = run_script(name, "--help", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "usage:" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def benchmark_file(name: str) -> dict:
+    return yaml.safe_load((ROOT / "benchmarks" / name).read_text())
+
+
+def test_mikasa_yaml_smoke_reproduces_the_committed_rows() -> None:
+    """The generator's output for four rows of the task table is what benchmarks/mikasa.yaml holds for them."""
+    proc = run_script("mikasa_yaml_from_csv.py", "--smoke", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    generated, committed = yaml.safe_load(proc.stdout), benchmark_file("mikasa.yaml")
+    assert [task["env_id"] for task in generated["tasks"]] == [
+        "ShellGameTouch-VLA-v0",
+        "RememberColor3-VLA-v0",
+        "ShellGameColorLampTouch-VLA-v0",
+        "BatteriesCheckerEasy-3-VLA-v0",
+    ]
+    by_id = {task["env_id"]: task for task in committed["tasks"]}
+    assert generated["tasks"] == [by_id[task["env_id"]] for task in generated["tasks"]]
+    assert {k: v for k, v in generated.items() if k != "tasks"} == {k: v for k, v in committed.items() if k != "tasks"}
+
+
+def test_mikasa_yaml_without_a_table_is_one_usage_line() -> None:
+    proc = run_script("mikasa_yaml_from_csv.py", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("one of the arguments table --smoke is required")
+
+
+@pytest.mark.libero
+def test_libero_yaml_smoke_reproduces_the_spatial_suite() -> None:
+    pytest.importorskip("libero")
+    proc = run_script("libero_yaml.py", "--smoke", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    generated, committed = yaml.safe_load(proc.stdout), benchmark_file("libero.yaml")
+    assert len(generated["tasks"]) == 10
+    assert generated["tasks"] == [task for task in committed["tasks"] if task["split"] == "spatial"]
+    assert {k: v for k, v in generated.items() if k != "tasks"} == {k: v for k, v in committed.items() if k != "tasks"}
+
+
+def test_bench_serving_smoke() -> None:
+    """Real servers in child processes, real clients in forked processes: the table and the checks print."""
+    pytest.importorskip("torch")
+    proc = run_script("bench_serving.py", "--smoke")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 2
+    assert "round trip, MIKASA-sized observation" in proc.stdout
+    assert sum(line.startswith(("PASS", "MISS")) for line in proc.stdout.splitlines()) == 4
+
+
+def test_bench_protocols_smoke() -> None:
+    """Each wire protocol's server and client, and vla-eval's own server, serve the same policy."""
+    pytest.importorskip("torch")
+    pytest.importorskip("vla_eval")
+    proc = run_script("bench_protocols.py", "--smoke")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [
+        line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ") and "| 2 |" in line
+    ]
+    assert rows == [
+        "vlaeval (ws://)",
+        "openpi (openpi://)",
+        "vla-eval (vla-eval://)",
+        "vla-eval's own server (vla-eval://)",
+    ]
+
+
+@pytest.fixture
+def gpu_bench():
+    """scripts/gpu_bench.py as a module (it imports bench_serving from its own folder)."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import gpu_bench
+
+        yield gpu_bench
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def episode_record(task: str, seed: int, success: bool, length: int, ret: float, built: bool = False) -> dict:
+    return {
+        "task": task,
+        "seed": seed,
+        "success": success,
+        "length": length,
+        "episode_return": ret,
+        "wall_time": 0.5 + length * 0.01 + (2.0 if built else 0.0),
+        "env_built": built,
+        "render_backend": "gpu",
+    }
+
+
+def test_parity_rows_report_every_difference(gpu_bench) -> None:
+    cpu = gpu_bench.Session(1.0, [episode_record("A", 1, True, 20, 1.25), episode_record("A", 2, False, 25, 0.5)])
+    gpu = gpu_bench.Session(1.0, [episode_record("A", 1, True, 20, 1.25 + 3e-6), episode_record("A", 2, True, 24, 0.5)])
+    rows = gpu_bench.parity_rows(gpu, cpu)
+    assert "same, |d return| 3.00e-06" in rows[0][3]
+    assert "DIFFERENT success/length" in rows[1][3]
+    assert rows[-1][1:] == ["largest |return difference|", "render ['gpu']", "3.000e-06"]
+    without_gpu = gpu_bench.parity_rows(None, cpu)
+    assert [row[3] for row in without_gpu] == ["gpu skipped", "gpu skipped"]
+
+
+def test_scaling_row_separates_env_builds_from_steps(gpu_bench) -> None:
+    records = [episode_record("A", 1, True, 20, 1.0, built=True), episode_record("A", 2, True, 30, 1.0)]
+    session = gpu_bench.Session(4.0, records, worker_rss={10: 2**30}, worker_gpu={10: 3 * 2**29})
+    row = gpu_bench.scaling_row("gpu", 4, session)
+    assert row[:3] == ["2 scaling", "-n 4", "--vla-render=gpu"]
+    # Reused episode: 0.8 s over 30 steps; the built one: 2.7 s, of which 20 steps at that pace.
+    assert row[3] == "build 2.2 s, step 26.7 ms, RSS/worker 1024 MiB, GPU/worker 1536 MiB, 0.500 episodes/s"
+
+
+@pytest.mark.mikasa
+def test_gpu_check_without_a_gpu_runs_every_cpu_row() -> None:
+    """No CUDA device here: one line says so, the CPU rows of all four parts run, exit 0."""
+    proc = run_script("gpu_check.sh", "--smoke", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "no CUDA device: GPU rows skipped" in lines
+    parts = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and not line.startswith("| part")]
+    assert sorted(set(parts)) == ["1 parity", "2 scaling", "3 serving", "4 libero"]
+    assert "gpu skipped" in proc.stdout
+
+
+@pytest.mark.mikasa
+def test_bench_scheduling_smoke() -> None:
+    """The reference runner and a pytest session under -n 2 on the same real episodes agree exactly."""
+    proc = run_script("bench_scheduling.py", "--smoke", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "every row gives the same success, length and return per episode: yes" in proc.stdout
+    assert [line.split()[0] for line in proc.stdout.splitlines()[2:4]] == ["reference", "affinity"]
