@@ -3,11 +3,12 @@
 Runs ``pytest --benchmark=BENCHMARK --episodes=EPISODES --co -q`` in this process under
 tracemalloc and prints the items collected, the memory they hold (traced at the end of
 collection, less what was traced when it began) per item, and the time (tracemalloc slows it).
+Collection builds no env, so this needs no simulator.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 import tracemalloc
 
@@ -29,15 +30,19 @@ class Count:
 
 
 def main() -> None:
-    benchmark, episodes = sys.argv[1], sys.argv[2]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("benchmark", nargs="?", default="mikasa:short", help="a --benchmark value [mikasa:short]")
+    parser.add_argument("episodes", nargs="?", type=int, default=1000, help="episodes per task [1000]")
+    parser.add_argument("--smoke", action="store_true", help="a few seconds: 2 episodes per task")
+    known, extra = parser.parse_known_args()
     args = [
-        f"--benchmark={benchmark}",
-        f"--episodes={episodes}",
+        f"--benchmark={known.benchmark}",
+        f"--episodes={2 if known.smoke else known.episodes}",
         "--co",
         "-qq",
         "-p",
         "no:cacheprovider",
-        *sys.argv[3:],
+        *extra,
     ]
     tracemalloc.start()
     start = time.perf_counter()

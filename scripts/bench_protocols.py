@@ -37,7 +37,7 @@ from bench_serving import CHUNK, BenchPolicy, SmokeBenchPolicy, episode, mikasa_
 from vla_eval.model_servers.predict import PredictModelServer
 from vla_eval.model_servers.serve import serve_async
 
-from pytest_vlaeval.serving import ServerProcess, connect_policy, from_wire_observation
+from pytest_vlaeval.serving import ServerProcess, connect_policy, from_wire_observation, parse_remote_spec
 
 CONCURRENCY = (1, 4, 8, 16)
 SMOKE_CONCURRENCY = (2,)
@@ -62,7 +62,7 @@ class VlaEvalBenchServer(PredictModelServer):
 
 def client(spec: str, i: int, start_at: float, stop_at: float) -> list[tuple[float, int]]:
     """One episode in its own process, as an xdist worker would be; returns (latency, actions) per act."""
-    policy = connect_policy(spec, 7, "bench")
+    policy = connect_policy(parse_remote_spec(spec), 7, "bench")
     obs = mikasa_obs(i)
     policy.reset(episode(i))
     policy.act(obs)  # warm: the first request of an episode is not typical

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from pytest_vlaeval.policy import EpisodeInfo, ZeroPolicy
-from pytest_vlaeval.serving import ServerProcess, connect_policy
+from pytest_vlaeval.serving import ServerProcess, connect_policy, parse_remote_spec
 
 CONCURRENCY = (1, 2, 4, 8, 16)
 SMOKE_CONCURRENCY = (1, 2)
@@ -108,7 +108,7 @@ def ceiling(policy: BenchPolicy, batch: int, seconds: float) -> float:
 def client(url: str, i: int, start_at: float, stop_at: float, requests: int, reopen_every: int) -> list[float]:
     """One episode in its own process, as an xdist worker would be: act from ``start_at`` until
     ``stop_at`` or ``requests`` requests; returns the latencies in seconds."""
-    policy = connect_policy(url, 7)
+    policy = connect_policy(parse_remote_spec(url), 7)
     obs = mikasa_obs(i)
     policy.reset(episode(i))
     policy.act(obs)  # warm: the first request of an episode is not typical

@@ -162,3 +162,10 @@ def test_bench_scheduling_smoke() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "every row gives the same success, length and return per episode: yes" in proc.stdout
     assert [line.split()[0] for line in proc.stdout.splitlines()[2:4]] == ["reference", "affinity"]
+
+
+def test_bench_collection_smoke_counts_every_item() -> None:
+    """Two episodes per task of MIKASA's short split: collection alone, no simulator."""
+    proc = run_script("bench_collection.py", "--smoke", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("exit 0: 76 items hold ")

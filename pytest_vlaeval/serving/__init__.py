@@ -14,6 +14,7 @@ _PUBLIC = {
     "connect_policy": "pytest_vlaeval.serving.connect",
     "ServerProcess": "pytest_vlaeval.serving.launcher",
     "from_wire_observation": "pytest_vlaeval.serving.vla_eval_protocol",
+    "parse_remote_spec": "pytest_vlaeval.serving.url",
 }
 
 __all__ = sorted(_PUBLIC)
