@@ -1,0 +1,106 @@
+"""Real signals to real sessions: termination signals act as Ctrl-C does, and Ctrl-C during
+``evaluate()`` lets the session store what it finished."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import read_json
+
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off", "-q"]
+HANG_GUARD_S = 120
+"""How long a test waits for something that must happen, before failing instead of hanging."""
+
+SLOW = """
+import time
+from pathlib import Path
+
+import numpy as np
+
+class Slow:
+    chunk_size = 1
+    def reset(self, episode):
+        pass
+    def act(self, obs):
+        time.sleep(0.2)
+        return np.zeros(7)
+
+class Stubborn(Slow):
+    def act(self, obs):
+        try:
+            return super().act(obs)
+        except KeyboardInterrupt:
+            Path("interrupt-swallowed").touch()
+            while True:
+                time.sleep(1)
+"""
+
+
+def stored_lines(results: Path) -> int:
+    return sum(len(log.read_text().splitlines()) for log in results.glob("*/episodes/*.jsonl"))
+
+
+def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while stored_lines(results) < count:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no episode finished"
+        time.sleep(0.05)
+
+
+def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
+    fake.makepyfile(slow=SLOW)
+    command = [sys.executable, "-m", "pytest", *SHORT, "--episodes=5", *args]
+    return subprocess.Popen(command, cwd=fake.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def descendants(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    return psutil.Process(proc.pid).children(recursive=True)
+
+
+@pytest.mark.parametrize(
+    ("signum", "args"),
+    [
+        (signal.SIGTERM, ["--policy=slow:Slow"]),
+        (signal.SIGTERM, ["--policy=slow:Slow", "-n", "2"]),
+        (signal.SIGHUP, ["--vla-serve=slow:Slow", "-n", "2"]),
+    ],
+    ids=["sigterm-serial", "sigterm-xdist", "sighup-xdist-served"],
+)
+def test_a_termination_signal_stops_the_session_as_ctrl_c_does(
+    fake: pytest.Pytester, signum: signal.Signals, args: list[str]
+) -> None:
+    proc = session(fake, *args)
+    wait_for_records(fake.path / "results", 2, proc)
+    helpers = descendants(proc)  # xdist workers, a --vla-serve server
+    proc.send_signal(signum)
+    output, _ = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    (run,) = (fake.path / "results").iterdir()
+    summary = read_json(run / "summary.json")
+    assert summary["interrupted"] is True and summary["partial"] is True, output
+    assert summary["n_completed"] + summary["n_errors"] == stored_lines(fake.path / "results"), "finished kept"
+    assert 2 <= summary["n_completed"] < 10 and summary["n_errors"] == 0, output
+    assert "complete it with: pytest" in output
+    _, alive = psutil.wait_procs(helpers, timeout=HANG_GUARD_S)
+    assert not alive, f"left running: {alive}"
+
+
+def test_a_second_termination_signal_ends_the_session_at_once(fake: pytest.Pytester) -> None:
+    proc = session(fake, "--policy=slow:Stubborn")
+    wait_for_records(fake.path / "results", 1, proc)
+    proc.send_signal(signal.SIGTERM)
+    swallowed = fake.path / "interrupt-swallowed"
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not swallowed.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the first signal did not interrupt"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == -signal.SIGTERM
