@@ -104,3 +104,54 @@ def test_a_second_termination_signal_ends_the_session_at_once(fake: pytest.Pytes
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == -signal.SIGTERM
+
+
+CALLER = """
+import json
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+
+import pytest_vlaeval
+from slow import Slow
+
+policy = Slow() if sys.argv[1] == "object" else "slow:Slow"
+run = dict(benchmark="fake.yaml:short", episodes=3, results="results", run_name="run")
+try:
+    pytest_vlaeval.evaluate(policy, **run)
+except KeyboardInterrupt:
+    print("interrupted")
+print("threads", sorted(t.name for t in threading.enumerate()))
+print("children", psutil.Process().children(recursive=True))
+stored = Path("results/run/summary.json")
+summary = json.loads(stored.read_text()) if stored.exists() else {}
+print("stored", summary.get("interrupted"), summary.get("partial"), summary.get("n_completed"))
+if isinstance(policy, str):
+    summary = pytest_vlaeval.evaluate(policy, resume=True, **run)
+    print("resumed", summary.n_completed, summary.partial)
+"""
+
+
+@pytest.mark.parametrize("policy", ["object", "spec"])
+def test_ctrl_c_during_evaluate_lets_the_session_store_its_partial_run(fake: pytest.Pytester, policy: str) -> None:
+    fake.makepyfile(slow=SLOW, caller=CALLER)
+    proc = subprocess.Popen(
+        [sys.executable, "caller.py", policy],
+        cwd=fake.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for_records(fake.path / "results", 2, proc)
+    stored = stored_lines(fake.path / "results")
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=HANG_GUARD_S)
+    lines = output.splitlines()
+    assert proc.returncode == 0 and "interrupted" in lines, output
+    assert "threads ['MainThread']" in lines and "children []" in lines, output
+    (state,) = [line.split()[1:] for line in lines if line.startswith("stored ")]
+    assert state[:2] == ["True", "True"] and stored <= int(state[2]) < 6, output
+    if policy == "spec":  # the run is completed through the API
+        assert "resumed 6 False" in lines, output
