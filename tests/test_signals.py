@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import read_json
+from helpers import episode_records, read_json
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off", "-q"]
 HANG_GUARD_S = 120
@@ -155,3 +159,49 @@ def test_ctrl_c_during_evaluate_lets_the_session_store_its_partial_run(fake: pyt
     assert state[:2] == ["True", "True"] and stored <= int(state[2]) < 6, output
     if policy == "spec":  # the run is completed through the API
         assert "resumed 6 False" in lines, output
+
+
+def test_a_frozen_worker_is_ended_by_the_controller_and_the_run_completes(fake: pytest.Pytester) -> None:
+    proc = session(fake, "--policy=slow:Slow", "-n", "2", "--vla-timeout=5")
+    wait_for_records(fake.path / "results", 2, proc)
+    frozen = psutil.Process(proc.pid).children()[0]  # an xdist worker, mid-episode
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        output, _ = proc.communicate(timeout=HANG_GUARD_S)
+    finally:  # only a failing test leaves them running
+        proc.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            frozen.kill()
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, output
+    (run,) = (fake.path / "results").iterdir()
+    summary = read_json(run / "summary.json")
+    assert (summary["n_completed"], summary["n_errors"], summary["n_missing"]) == (9, 1, 0), output
+    (errored,) = [r for r in episode_records(run).values() if r["outcome"] == "error"]
+    assert errored["error_kind"] == "crash", "an infrastructure error, not a policy failure"
+    assert "stopped answering" in errored["message"] and "ended by the controller" in errored["message"]
+    assert f"has been on {errored['task']} seed {errored['seed']} for" in output
+    assert not psutil.wait_procs([frozen], timeout=HANG_GUARD_S)[1]
+
+
+def test_without_a_timeout_the_progress_lines_name_a_frozen_worker_and_its_episode(fake: pytest.Pytester) -> None:
+    proc = session(fake, "--policy=slow:Slow", "-n", "2")
+    wait_for_records(fake.path / "results", 2, proc)
+    frozen = psutil.Process(proc.pid).children()[0]
+    frozen.send_signal(signal.SIGSTOP)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        while "far past the typical episode" not in (line := lines.get(timeout=HANG_GUARD_S)):
+            pass
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    proc.wait(timeout=HANG_GUARD_S)
+    named = re.search(r"worker (gw\d+) has been on (\S+) seed (\d+) for (\d+)s", line)
+    assert named, line
+    worker, task, seed, seconds = named.groups()
+    (run,) = (fake.path / "results").iterdir()
+    record = episode_records(run)[(task, int(seed))]
+    assert record["worker"] == worker and record["outcome"] != "error", "the episode it named, on that worker"
+    assert int(seconds) > 30, "far past the typical episode of about 1.5 s: the floor"
+    summary = read_json(run / "summary.json")
+    assert (summary["n_completed"], summary["n_errors"]) == (10, 0)

@@ -20,6 +20,7 @@ from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
 from pytest_vlaeval.controller.report import completion_command, render_summary, write_outputs
+from pytest_vlaeval.controller.watch import EpisodeWatch, holder
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
@@ -59,6 +60,7 @@ class ResultsController:
         self.gate: GateResult | SequentialGate | None = None
         self.chart: Path | None = None
         self.progress = Progress(None, {}, live=False)  # replaced at session start
+        self.watch: EpisodeWatch | None = None  # started at session start
         self.sequential = sequential
         self.session: pytest.Session | None = None
 
@@ -83,6 +85,21 @@ class ResultsController:
         """Hand every worker the same episode list, chosen once here."""
         node.workerinput[WORKER_PLAN] = sorted(self.run.episodes)
 
+    # -- who holds what --------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodeready(self, node: Any) -> None:
+        """Note the worker's process, for the watch to end it if it freezes (xdist has the
+        worker's process info at hand: it is asked for once when the worker is set up)."""
+        if self.watch is not None:
+            self.watch.worker_ready(node.gateway.id, node.gateway._rinfo().pid)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        key = self.ledger.scheduled.get(nodeid)
+        worker = holder(self.session.config, nodeid) if self.session is not None else None
+        if self.watch is not None and key is not None and worker is not None:
+            self.watch.started(nodeid, worker, *key)
+
     # -- what came back --------------------------------------------------------------------
 
     @pytest.hookimpl(optionalhook=True)
@@ -91,9 +108,16 @@ class ResultsController:
         if crashitem not in self.ledger.scheduled:
             return
         worker = getattr(getattr(report, "node", None), "gateway", None)
-        message = f"worker {getattr(worker, 'id', '?')} crashed while running this episode"
-        if self.run.timeout:
-            message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
+        worker_id = getattr(worker, "id", "?")
+        ended = self.watch.ended.get(worker_id) if self.watch is not None else None
+        if self.watch is not None:
+            self.watch.finished(crashitem, completed=False)
+        if ended:
+            message = f"worker {worker_id} stopped answering: {ended}"
+        else:
+            message = f"worker {worker_id} crashed while running this episode"
+            if self.run.timeout:
+                message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
         self._accept(self._error(crashitem, WorkerCrash(message), worker))
         if self.ledger.retry_crash(crashitem):
             report.outcome = RERUN_OUTCOME  # type: ignore[assignment]
@@ -108,6 +132,8 @@ class ResultsController:
         return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown" and self.watch is not None:
+            self.watch.finished(report.nodeid, completed=True)
         if not self.ledger.expects(report.nodeid):
             return
         payload = getattr(report, RECORD_ATTR, None)
@@ -153,6 +179,10 @@ class ResultsController:
         self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
         self.progress.start()
         self.session = session
+        self.watch = EpisodeWatch(
+            self.run.timeout, 1 + self.run.retries, self.progress.notice, self.progress.show_stalled
+        )
+        self.watch.start()
 
     def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:
         task, seed = self.ledger.scheduled[nodeid]
@@ -165,6 +195,8 @@ class ResultsController:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         self.progress.stop()
         if self.refused:  # a session refused by the run leaves every file of the run as it found it
             return
