@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import re
 import signal
@@ -61,7 +62,10 @@ def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> 
 def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
     fake.makepyfile(slow=SLOW)
     command = [sys.executable, "-m", "pytest", *SHORT, "--episodes=5", *args]
-    return subprocess.Popen(command, cwd=fake.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, "COLUMNS": "250"}  # lines as wide as they are written, on the live panel too
+    return subprocess.Popen(
+        command, cwd=fake.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def descendants(proc: subprocess.Popen[str]) -> list[psutil.Process]:
@@ -183,25 +187,34 @@ def test_a_frozen_worker_is_ended_by_the_controller_and_the_run_completes(fake: 
     assert not psutil.wait_procs([frozen], timeout=HANG_GUARD_S)[1]
 
 
-def test_without_a_timeout_the_progress_lines_name_a_frozen_worker_and_its_episode(fake: pytest.Pytester) -> None:
-    proc = session(fake, "--policy=slow:Slow", "-n", "2")
+@pytest.mark.parametrize("live", ["off", "on"])
+def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_episode(
+    fake: pytest.Pytester, live: str
+) -> None:
+    proc = session(fake, "--policy=slow:Slow", "-n", "2", f"--vla-live={live}")
     wait_for_records(fake.path / "results", 2, proc)
     frozen = psutil.Process(proc.pid).children()[0]
     frozen.send_signal(signal.SIGSTOP)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + HANG_GUARD_S
     try:
-        while "far past the typical episode" not in (line := lines.get(timeout=HANG_GUARD_S)):
-            pass
+        while "far past the typical episode" not in (notice := lines.get(timeout=HANG_GUARD_S)):
+            assert time.monotonic() < deadline, "no word of the frozen worker"
+        time.sleep(2)  # a panel refresh or two, while it is still frozen
     finally:
         frozen.send_signal(signal.SIGCONT)
     proc.wait(timeout=HANG_GUARD_S)
-    named = re.search(r"worker (gw\d+) has been on (\S+) seed (\d+) for (\d+)s", line)
-    assert named, line
+    named = re.search(r"worker (gw\d+) has been on (\S+) seed (\d+) for (\d+)s", notice)
+    assert named, notice
     worker, task, seed, seconds = named.groups()
     (run,) = (fake.path / "results").iterdir()
     record = episode_records(run)[(task, int(seed))]
     assert record["worker"] == worker and record["outcome"] != "error", "the episode it named, on that worker"
-    assert int(seconds) > 30, "far past the typical episode of about 1.5 s: the floor"
+    assert int(seconds) >= 30, "far past the typical episode of about 1.5 s: the floor"
     summary = read_json(run / "summary.json")
     assert (summary["n_completed"], summary["n_errors"]) == (10, 0)
+    if live == "on":  # the panel shows it too, with the time growing
+        shown = "".join(lines.queue)
+        rows = set(re.findall(rf"worker {worker} has been on {task} seed {seed} for (\d+)s", shown))
+        assert len(rows) > 1, shown

@@ -96,8 +96,10 @@ class ResultsController:
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         key = self.ledger.scheduled.get(nodeid)
-        worker = holder(self.session.config, nodeid) if self.session is not None else None
-        if self.watch is not None and key is not None and worker is not None:
+        if self.watch is None or key is None or self.session is None:
+            return
+        worker = holder(self.session.config, nodeid)
+        if worker is not None:
             self.watch.started(nodeid, worker, *key)
 
     # -- what came back --------------------------------------------------------------------
@@ -179,10 +181,11 @@ class ResultsController:
         self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
         self.progress.start()
         self.session = session
-        self.watch = EpisodeWatch(
-            self.run.timeout, 1 + self.run.retries, self.progress.notice, self.progress.show_stalled
-        )
-        self.watch.start()
+        if session.config.pluginmanager.has_plugin("dsession"):  # workers to watch
+            self.watch = EpisodeWatch(
+                self.run.timeout, 1 + self.run.retries, self.progress.notice, self.progress.show_stalled
+            )
+            self.watch.start()
 
     def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:
         task, seed = self.ledger.scheduled[nodeid]

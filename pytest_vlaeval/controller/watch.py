@@ -2,7 +2,8 @@
 
 A worker's watchdog (``episodes/deadline.py``) lives inside the worker, so it freezes with it (a
 SIGSTOP, a stopped container, a machine swapped to a halt) and the session would wait forever.
-The controller watches from outside, on a thread of its own:
+Under xdist the controller watches from outside, on a thread of its own (a serial run is its own
+worker: its output is pytest's capture while an episode runs, and it has no process to spare):
 
 - with ``--vla-timeout``, a worker that has held one episode past the most its attempts may take
   (``HARD_FACTOR`` times the limit, per attempt) and ``FROZEN_GRACE_S`` more is ended with
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
-from pytest_vlaeval.episodes.runner import SERIAL_WORKER
 
 STALL_FACTOR = 5.0
 STALL_FLOOR_S = 30.0
@@ -135,7 +135,7 @@ class EpisodeWatch:
     def _end(self, nodeid: str, episode: Held, now: float) -> None:
         pid = self._pids.get(episode.worker)
         if pid is None or episode.worker in self.ended:
-            return  # not a worker process (a serial run): its own watchdog speaks there
+            return
         assert self.limit_s is not None and self.end_after_s is not None
         why = (
             f"it held this episode {_seconds(now - episode.since)} without finishing, past {HARD_FACTOR:g}x "
@@ -165,11 +165,8 @@ def _seconds(value: float) -> str:
 def holder(config: pytest.Config, nodeid: str) -> str | None:
     """The id of the xdist worker that was sent ``nodeid`` and has not completed it, read from
     the session's scheduler (this package's and xdist's load schedulers keep ``node2pending``);
-    ``SERIAL_WORKER`` without xdist; None when it cannot be told."""
-    dsession = config.pluginmanager.get_plugin("dsession")
-    if dsession is None:
-        return SERIAL_WORKER
-    scheduler = getattr(dsession, "sched", None)
+    None when it cannot be told."""
+    scheduler = getattr(config.pluginmanager.get_plugin("dsession"), "sched", None)
     collection = getattr(scheduler, "collection", None) or []
     for node, pending in getattr(scheduler, "node2pending", {}).items():
         if any(collection[index] == nodeid for index in pending):

@@ -23,9 +23,6 @@ from pytest_vlaeval.policy.loading import build_policy
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, error_record, outcome_message, timestamp
 from pytest_vlaeval.spec import Selection, Task
 
-SERIAL_WORKER = "main"
-"""The worker id of a session without xdist, as its records name it."""
-
 
 class EpisodeRunner:
     def __init__(
@@ -41,7 +38,7 @@ class EpisodeRunner:
         self.render_request = render_request
         self.timeout = timeout
         self.video_mode, self.video_dir = video
-        self.worker = os.environ.get("PYTEST_XDIST_WORKER", SERIAL_WORKER)
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.env_builds = 0
         self._policy: Policy | None = None
         self._policy_error: PolicyError | None = None
@@ -55,7 +52,7 @@ class EpisodeRunner:
         fields: dict[str, Any] = {}
         try:
             # Under xdist a stuck worker can be replaced, so the watchdog may end the process.
-            with deadline(self.timeout, f"{task.env_id} seed {seed}", hard=self.worker != SERIAL_WORKER):
+            with deadline(self.timeout, f"{task.env_id} seed {seed}", hard=self.worker != "main"):
                 policy = self.policy()  # built under the limit too: a factory may hang
                 fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec))
                 builds = self.env_builds
