@@ -62,7 +62,9 @@ def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> 
 def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
     fake.makepyfile(slow=SLOW)
     command = [sys.executable, "-m", "pytest", *SHORT, "--episodes=5", *args]
-    env = {**os.environ, "COLUMNS": "250"}  # lines as wide as they are written, on the live panel too
+    # A fresh session even when this suite runs under xdist; lines as wide as written, on the panel too.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    env["COLUMNS"] = "250"
     return subprocess.Popen(
         command, cwd=fake.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
