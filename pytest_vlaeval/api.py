@@ -17,11 +17,14 @@ at a time, on one worker.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -35,6 +38,9 @@ from pytest_vlaeval.results.rundir import RunDir
 
 SERVED_EPISODE_WAIT_S = 24 * 3600.0
 """How long an episode may wait for a policy object that serves one episode at a time."""
+
+NOTHING_SELECTED = 5
+"""pytest's exit status when no test ran: a resume or rerun of a run that has nothing left to run."""
 
 
 class EvaluationError(Exception):
@@ -79,6 +85,14 @@ class Summary:
             raw=body,
         )
 
+    @classmethod
+    def of_complete_run(cls, run_dir: Path) -> Summary:
+        """A run a resume found complete: its status is the one its own sessions would give,
+        0 when every expected episode was completed and succeeded, else 1."""
+        summary = cls.from_run(run_dir, 0)
+        whole = summary.n_missing == 0 and summary.n_errors == 0 and summary.sr_split == 1.0
+        return dataclasses.replace(summary, exit_code=0 if whole else 1)
+
 
 def evaluate(
     policy: Any,
@@ -95,7 +109,9 @@ def evaluate(
     ``options`` are the command line's ``--vla-*`` options by name (``start_seed=0``,
     ``timeout=600``, ``retries=1``, ``render="cpu"``...). ``run_name`` names the run directory
     under ``results`` (default: the policy's name and the time, so each call is a fresh run).
-    Raises ``EvaluationError`` when the session cannot run (bad input, broken machine).
+    Raises ``EvaluationError`` when the session cannot run (bad input, broken machine), and
+    ``KeyboardInterrupt`` on Ctrl-C once the session has stored what it finished (complete the
+    run with the same ``run_name`` and ``resume=True``).
     """
     if workers and workers > 1 and _one_episode_at_a_time(policy):
         warnings.warn(
@@ -128,7 +144,10 @@ def evaluate(
     with _served(policy, benchmark, env) as spec:
         exit_code, output = _run_session([*args, "--policy", spec], env)
     run_dir = results_root / name
-    if exit_code not in (0, 1) or not RunDir(run_dir).summary.is_file():
+    summary_written = RunDir(run_dir).summary.is_file()
+    if exit_code == NOTHING_SELECTED and summary_written and (options.get("resume") or options.get("rerun")):
+        return Summary.of_complete_run(run_dir)
+    if exit_code not in (0, 1) or not summary_written:
         raise EvaluationError(_one_line(output, exit_code))
     return Summary.from_run(run_dir, exit_code)
 
@@ -200,9 +219,27 @@ def _reference(policy: Any) -> LocalPolicy:
 
 
 def _run_session(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run the session to its end; on Ctrl-C, pass one SIGINT on to it and wait until it has
+    stored its interrupted summary, then raise ``KeyboardInterrupt``.
+
+    The session runs in a process group of its own, so a terminal's Ctrl-C reaches it once, from
+    here, whether it was typed or sent to this process alone; a second Ctrl-C is passed on too,
+    as the command line would get it."""
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return done.returncode, done.stdout
+    with tempfile.TemporaryFile() as output:
+        child = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        interrupted = False
+        while True:
+            try:
+                child.wait()
+                break
+            except KeyboardInterrupt:
+                interrupted = True
+                child.send_signal(signal.SIGINT)
+        if interrupted:
+            raise KeyboardInterrupt
+        output.seek(0)
+        return child.returncode, output.read().decode(errors="replace")
 
 
 def _one_line(output: str, exit_code: int) -> str:

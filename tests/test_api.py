@@ -130,3 +130,12 @@ def test_bad_input_raises_the_sessions_own_one_line_error(fake: pytest.Pytester)
     with pytest.raises(EvaluationError, match=r"--vla-retries must be in \[0, inf\), got -1"):
         pytest_vlaeval.evaluate("zero", "fake.yaml:short", retries=-1)
     assert not (fake.path / "results").exists() or not any((fake.path / "results").iterdir())
+
+
+def test_resuming_a_complete_run_returns_its_summary(fake: pytest.Pytester) -> None:
+    first = pytest_vlaeval.evaluate("zero", "fake.yaml:short", episodes=2, results="evals", run_name="done")
+    resumed = pytest_vlaeval.evaluate(
+        "zero", "fake.yaml:short", episodes=2, results="evals", run_name="done", resume=True
+    )
+    assert (resumed.n_completed, resumed.partial, resumed.exit_code) == (4, False, first.exit_code)
+    assert resumed.per_task_sr == first.per_task_sr and first.exit_code == 1  # zero actions never succeed

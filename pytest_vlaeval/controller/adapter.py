@@ -20,6 +20,7 @@ from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
 from pytest_vlaeval.controller.report import completion_command, render_summary, write_outputs
+from pytest_vlaeval.controller.watch import EpisodeWatch, holder
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
@@ -72,6 +73,7 @@ class ResultsController:
         self.unwritten: list[str] = []
         """A line for each file of the run the disk refused at session end."""
         self.progress = Progress(None, {}, live=False)  # replaced at session start
+        self.watch: EpisodeWatch | None = None  # started at session start
         self.sequential = gate if isinstance(gate, SequentialGate) else None
         self.fixed = gate if isinstance(gate, FixedGate) else None
         self.session: pytest.Session | None = None
@@ -97,6 +99,23 @@ class ResultsController:
         """Hand every worker the same episode list, chosen once here."""
         node.workerinput[WORKER_PLAN] = sorted(self.run.episodes)
 
+    # -- who holds what --------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodeready(self, node: Any) -> None:
+        """Note the worker's process, for the watch to end it if it freezes (xdist has the
+        worker's process info at hand: it is asked for once when the worker is set up)."""
+        if self.watch is not None:
+            self.watch.worker_ready(node.gateway.id, node.gateway._rinfo().pid)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        key = self.ledger.scheduled.get(nodeid)
+        if self.watch is None or key is None or self.session is None:
+            return
+        worker = holder(self.session.config, nodeid)
+        if worker is not None:
+            self.watch.started(nodeid, worker, *key)
+
     # -- what came back --------------------------------------------------------------------
 
     @pytest.hookimpl(optionalhook=True)
@@ -105,9 +124,16 @@ class ResultsController:
         if crashitem not in self.ledger.scheduled:
             return
         worker = getattr(getattr(report, "node", None), "gateway", None)
-        message = f"worker {getattr(worker, 'id', '?')} crashed while running this episode"
-        if self.run.timeout:
-            message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
+        worker_id = getattr(worker, "id", "?")
+        ended = self.watch.ended.get(worker_id) if self.watch is not None else None
+        if self.watch is not None:
+            self.watch.finished(crashitem, completed=False)
+        if ended:
+            message = f"worker {worker_id} stopped answering: {ended}"
+        else:
+            message = f"worker {worker_id} crashed while running this episode"
+            if self.run.timeout:
+                message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
         self._accept(self._error(crashitem, WorkerCrash(message), worker))
         if self.ledger.retry_crash(crashitem):
             report.outcome = RERUN_OUTCOME  # type: ignore[assignment]
@@ -122,6 +148,8 @@ class ResultsController:
         return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown" and self.watch is not None:
+            self.watch.finished(report.nodeid, completed=True)
         if not self.ledger.expects(report.nodeid):
             return
         payload = getattr(report, RECORD_ATTR, None)
@@ -179,6 +207,11 @@ class ResultsController:
         if gate is not None and reporter is not None:
             for line in gate.start_lines():
                 reporter.write_line(line, yellow=line.endswith(UNDECIDED), bold=True)
+        if session.config.pluginmanager.has_plugin("dsession"):  # workers to watch
+            self.watch = EpisodeWatch(
+                self.run.timeout, 1 + self.run.retries, self.progress.notice, self.progress.show_stalled
+            )
+            self.watch.start()
 
     def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:
         task, seed = self.ledger.scheduled[nodeid]
@@ -191,6 +224,8 @@ class ResultsController:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         self.progress.stop()
         if self.refused:  # a session refused by the run leaves every file of the run as it found it
             return

@@ -52,6 +52,8 @@ class Progress:
         self.successes: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.finished: list[str] = []
+        self.stalled: list[str] = []
+        """Episodes running far longer than they should (see ``controller/watch.py``)."""
         self._live: Any = None
         self._proxy: LineBuffer | None = None
 
@@ -89,6 +91,20 @@ class Progress:
             self.reporter.write("\n")
         self.reporter.write_line(f"vlaeval: {task} {verdict} | {self._overall()}")
         self._refresh()
+
+    def notice(self, line: str) -> None:
+        """A line from outside pytest's own flow (the episode watch's thread), shown at once."""
+        if self.reporter is None:
+            return
+        if self._writer().width_of_current_line:
+            self.reporter.write("\n")
+        self.reporter.write_line(line, yellow=True)
+        self._writer().flush()
+
+    def show_stalled(self, stalled: list[str]) -> None:
+        if stalled or self.stalled:
+            self.stalled = stalled
+            self._refresh()
 
     # -- live panel ---------------------------------------------------------------------------
 
@@ -129,6 +145,7 @@ class Progress:
         from rich.panel import Panel
         from rich.progress_bar import ProgressBar
         from rich.table import Table
+        from rich.text import Text
 
         total, done = sum(self.scheduled.values()), sum(self.done.values())
         rows = Table(show_edge=False, box=None, padding=(0, 1))
@@ -144,7 +161,8 @@ class Progress:
         header.add_column(ratio=1)
         header.add_column(no_wrap=True)
         header.add_row(ProgressBar(total=max(total, 1), completed=done), self._overall())
-        return Panel(Group(header, rows), title="vlaeval", border_style="blue")
+        stalled = [Text(line, style="yellow") for line in self.stalled]
+        return Panel(Group(header, rows, *stalled), title="vlaeval", border_style="blue")
 
     def _overall(self) -> str:
         """Episodes done, elapsed, and the ETA (a range while it rests on few episodes)."""

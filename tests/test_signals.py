@@ -1,0 +1,222 @@
+"""Real signals to real sessions: termination signals act as Ctrl-C does, and Ctrl-C during
+``evaluate()`` lets the session store what it finished."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import episode_records, read_json
+
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off", "-q"]
+HANG_GUARD_S = 120
+"""How long a test waits for something that must happen, before failing instead of hanging."""
+
+SLOW = """
+import time
+from pathlib import Path
+
+import numpy as np
+
+class Slow:
+    chunk_size = 1
+    def reset(self, episode):
+        pass
+    def act(self, obs):
+        time.sleep(0.2)
+        return np.zeros(7)
+
+class Stubborn(Slow):
+    def act(self, obs):
+        try:
+            return super().act(obs)
+        except KeyboardInterrupt:
+            Path("interrupt-swallowed").touch()
+            while True:
+                time.sleep(1)
+"""
+
+
+def stored_lines(results: Path) -> int:
+    return sum(len(log.read_text().splitlines()) for log in results.glob("*/episodes/*.jsonl"))
+
+
+def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while stored_lines(results) < count:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no episode finished"
+        time.sleep(0.05)
+
+
+def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
+    fake.makepyfile(slow=SLOW)
+    command = [sys.executable, "-m", "pytest", *SHORT, "--episodes=5", *args]
+    # A fresh session even when this suite runs under xdist; lines as wide as written, on the panel too.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    env["COLUMNS"] = "250"
+    return subprocess.Popen(
+        command, cwd=fake.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def descendants(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    return psutil.Process(proc.pid).children(recursive=True)
+
+
+@pytest.mark.parametrize(
+    ("signum", "args"),
+    [
+        (signal.SIGTERM, ["--policy=slow:Slow"]),
+        (signal.SIGTERM, ["--policy=slow:Slow", "-n", "2"]),
+        (signal.SIGHUP, ["--vla-serve=slow:Slow", "-n", "2"]),
+    ],
+    ids=["sigterm-serial", "sigterm-xdist", "sighup-xdist-served"],
+)
+def test_a_termination_signal_stops_the_session_as_ctrl_c_does(
+    fake: pytest.Pytester, signum: signal.Signals, args: list[str]
+) -> None:
+    proc = session(fake, *args)
+    wait_for_records(fake.path / "results", 2, proc)
+    helpers = descendants(proc)  # xdist workers, a --vla-serve server
+    proc.send_signal(signum)
+    output, _ = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    (run,) = (fake.path / "results").iterdir()
+    summary = read_json(run / "summary.json")
+    assert summary["interrupted"] is True and summary["partial"] is True, output
+    assert summary["n_completed"] + summary["n_errors"] == stored_lines(fake.path / "results"), "finished kept"
+    assert 2 <= summary["n_completed"] < 10 and summary["n_errors"] == 0, output
+    assert "complete it with: pytest" in output
+    _, alive = psutil.wait_procs(helpers, timeout=HANG_GUARD_S)
+    assert not alive, f"left running: {alive}"
+
+
+def test_a_second_termination_signal_ends_the_session_at_once(fake: pytest.Pytester) -> None:
+    proc = session(fake, "--policy=slow:Stubborn")
+    wait_for_records(fake.path / "results", 1, proc)
+    proc.send_signal(signal.SIGTERM)
+    swallowed = fake.path / "interrupt-swallowed"
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not swallowed.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the first signal did not interrupt"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == -signal.SIGTERM
+
+
+CALLER = """
+import json
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+
+import pytest_vlaeval
+from slow import Slow
+
+policy = Slow() if sys.argv[1] == "object" else "slow:Slow"
+run = dict(benchmark="fake.yaml:short", episodes=3, results="results", run_name="run")
+try:
+    pytest_vlaeval.evaluate(policy, **run)
+except KeyboardInterrupt:
+    print("interrupted")
+print("threads", sorted(t.name for t in threading.enumerate()))
+print("children", psutil.Process().children(recursive=True))
+stored = Path("results/run/summary.json")
+summary = json.loads(stored.read_text()) if stored.exists() else {}
+print("stored", summary.get("interrupted"), summary.get("partial"), summary.get("n_completed"))
+if isinstance(policy, str):
+    summary = pytest_vlaeval.evaluate(policy, resume=True, **run)
+    print("resumed", summary.n_completed, summary.partial)
+"""
+
+
+@pytest.mark.parametrize("policy", ["object", "spec"])
+def test_ctrl_c_during_evaluate_lets_the_session_store_its_partial_run(fake: pytest.Pytester, policy: str) -> None:
+    fake.makepyfile(slow=SLOW, caller=CALLER)
+    proc = subprocess.Popen(
+        [sys.executable, "caller.py", policy],
+        cwd=fake.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for_records(fake.path / "results", 2, proc)
+    stored = stored_lines(fake.path / "results")
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=HANG_GUARD_S)
+    lines = output.splitlines()
+    assert proc.returncode == 0 and "interrupted" in lines, output
+    assert "threads ['MainThread']" in lines and "children []" in lines, output
+    (state,) = [line.split()[1:] for line in lines if line.startswith("stored ")]
+    assert state[:2] == ["True", "True"] and stored <= int(state[2]) < 6, output
+    if policy == "spec":  # the run is completed through the API
+        assert "resumed 6 False" in lines, output
+
+
+def test_a_frozen_worker_is_ended_by_the_controller_and_the_run_completes(fake: pytest.Pytester) -> None:
+    proc = session(fake, "--policy=slow:Slow", "-n", "2", "--vla-timeout=5")
+    wait_for_records(fake.path / "results", 2, proc)
+    frozen = psutil.Process(proc.pid).children()[0]  # an xdist worker, mid-episode
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        output, _ = proc.communicate(timeout=HANG_GUARD_S)
+    finally:  # only a failing test leaves them running
+        proc.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            frozen.kill()
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, output
+    (run,) = (fake.path / "results").iterdir()
+    summary = read_json(run / "summary.json")
+    assert (summary["n_completed"], summary["n_errors"], summary["n_missing"]) == (9, 1, 0), output
+    (errored,) = [r for r in episode_records(run).values() if r["outcome"] == "error"]
+    assert errored["error_kind"] == "crash", "an infrastructure error, not a policy failure"
+    assert "stopped answering" in errored["message"] and "ended by the controller" in errored["message"]
+    assert f"has been on {errored['task']} seed {errored['seed']} for" in output
+    assert not psutil.wait_procs([frozen], timeout=HANG_GUARD_S)[1]
+
+
+@pytest.mark.parametrize("live", ["off", "on"])
+def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_episode(
+    fake: pytest.Pytester, live: str
+) -> None:
+    proc = session(fake, "--policy=slow:Slow", "-n", "2", f"--vla-live={live}")
+    wait_for_records(fake.path / "results", 2, proc)
+    frozen = psutil.Process(proc.pid).children()[0]
+    frozen.send_signal(signal.SIGSTOP)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + HANG_GUARD_S
+    try:
+        while "far past the typical episode" not in (notice := lines.get(timeout=HANG_GUARD_S)):
+            assert time.monotonic() < deadline, "no word of the frozen worker"
+        time.sleep(2)  # a panel refresh or two, while it is still frozen
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    proc.wait(timeout=HANG_GUARD_S)
+    named = re.search(r"worker (gw\d+) has been on (\S+) seed (\d+) for (\d+)s", notice)
+    assert named, notice
+    worker, task, seed, seconds = named.groups()
+    (run,) = (fake.path / "results").iterdir()
+    record = episode_records(run)[(task, int(seed))]
+    assert record["worker"] == worker and record["outcome"] != "error", "the episode it named, on that worker"
+    assert int(seconds) >= 30, "far past the typical episode of about 1.5 s: the floor"
+    summary = read_json(run / "summary.json")
+    assert (summary["n_completed"], summary["n_errors"]) == (10, 0)
+    if live == "on":  # the panel shows it too, with the time growing
+        shown = "".join(lines.queue)
+        rows = set(re.findall(rf"worker {worker} has been on {task} seed {seed} for (\d+)s", shown))
+        assert len(rows) > 1, shown
