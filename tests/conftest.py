@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cv2  # noqa: F401  (imported once here: pytester's in-process runs must not re-import them)
@@ -28,4 +29,6 @@ def fake(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.P
     pytester.makepyfile(fake_env=(HERE / "fake_env.py").read_text())
     pytester.syspathinsert()
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    for name in [name for name in os.environ if name.startswith("PYTEST_XDIST_")]:
+        monkeypatch.delenv(name)  # an inner session is a top-level one, whether or not this suite runs under -n
     return pytester

@@ -263,11 +263,7 @@ class Deaf(Swallows):
 @pytest.mark.parametrize(
     ("policy", "workers"), [("never_returns", []), ("never_returns", ["-n", "2"]), ("Swallows", [])]
 )
-def test_hangs_in_a_policy_end_as_timeout_errors(
-    fake: pytest.Pytester, policy: str, workers: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in [name for name in os.environ if name.startswith("PYTEST_XDIST_")]:
-        monkeypatch.delenv(name)  # the inner session is serial even when this suite runs under xdist
+def test_hangs_in_a_policy_end_as_timeout_errors(fake: pytest.Pytester, policy: str, workers: list[str]) -> None:
     fake.makepyfile(hangs=HANGS)
     result = fake.runpytest_subprocess(
         *SHORT,
