@@ -11,7 +11,7 @@ driven by the plugin's own client for that protocol, one client process per epis
 - ``vla-eval's server``: vla-eval's own batching ``PredictModelServer`` (max batch 16, max wait
   5 ms, as ours), client ``vla-eval://``.
 
-    python scripts/bench_protocols.py [--seconds 2]
+    python scripts/bench_protocols.py [--seconds 2] [--smoke]
 
 Actions/s counts every action the clients receive: a whole chunk of 8 per reply, except from our
 ``--protocol vla-eval`` server, which splits chunks itself (one action per observation, the
@@ -33,24 +33,23 @@ from typing import Any
 
 import numpy as np
 from anyio.from_thread import start_blocking_portal
-from bench_serving import CHUNK, BenchPolicy, episode, mikasa_obs
+from bench_serving import CHUNK, BenchPolicy, SmokeBenchPolicy, episode, mikasa_obs
 from vla_eval.model_servers.predict import PredictModelServer
 from vla_eval.model_servers.serve import serve_async
 
-from pytest_vlaeval.policy.loading import build_policy
-from pytest_vlaeval.serving.launcher import ServerProcess
-from pytest_vlaeval.serving.vla_eval_protocol import from_wire_observation
+from pytest_vlaeval.serving import ServerProcess, connect_policy, from_wire_observation
 
 CONCURRENCY = (1, 4, 8, 16)
+SMOKE_CONCURRENCY = (2,)
 SERVER_ARGS = ["--max-batch-size", "16", "--max-wait-ms", "5"]
 
 
 class VlaEvalBenchServer(PredictModelServer):
     """vla-eval's own batching model server around the same policy, counting its batches."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: BenchPolicy) -> None:
         super().__init__(max_batch_size=16, max_wait_time=0.005)
-        self.policy = BenchPolicy()
+        self.policy = policy
         self.requests = 0
         self.batches = 0
 
@@ -63,13 +62,13 @@ class VlaEvalBenchServer(PredictModelServer):
 
 def client(spec: str, i: int, start_at: float, stop_at: float) -> list[tuple[float, int]]:
     """One episode in its own process, as an xdist worker would be; returns (latency, actions) per act."""
-    policy = build_policy(spec, 7, "bench")
+    policy = connect_policy(spec, 7, "bench")
     obs = mikasa_obs(i)
     policy.reset(episode(i))
     policy.act(obs)  # warm: the first request of an episode is not typical
     time.sleep(max(start_at - time.time(), 0))
     acts: list[tuple[float, int]] = []
-    while time.time() < stop_at:
+    while not acts or time.time() < stop_at:  # one at least, however late
         began = time.perf_counter()
         actions = np.asarray(policy.act(obs))
         acts.append((time.perf_counter() - began, len(actions) if actions.ndim == 2 else 1))
@@ -94,23 +93,27 @@ def measure(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per cell [2]")
+    parser.add_argument("--smoke", action="store_true", help="2 episodes, 0.5 s, a narrow policy: does it run at all")
     args = parser.parse_args()
+    concurrency = SMOKE_CONCURRENCY if args.smoke else CONCURRENCY
+    seconds = 0.5 if args.smoke else args.seconds
+    policy_class = SmokeBenchPolicy if args.smoke else BenchPolicy
 
     here = str(Path(__file__).resolve().parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
     logs = Path(tempfile.mkdtemp(prefix="bench-protocols-"))
-    spec = "bench_serving:BenchPolicy"
+    spec = f"bench_serving:{policy_class.__name__}"
     ours = {
         protocol: ServerProcess(spec, logs / f"{protocol}.log", [*SERVER_ARGS, "--protocol", protocol], env)
         for protocol in ("vlaeval", "openpi", "vla-eval")
     }
     rows: dict[str, list[tuple[float, float, float, float]]] = {}
     # Client processes are forked before this process runs any torch code; they never do.
-    with multiprocessing.get_context("fork").Pool(max(CONCURRENCY)) as pool, start_blocking_portal() as portal:
+    with multiprocessing.get_context("fork").Pool(max(concurrency)) as pool, start_blocking_portal() as portal:
         try:
             for server in ours.values():
                 server.start()
-            theirs = VlaEvalBenchServer()
+            theirs = VlaEvalBenchServer(policy_class())
             running, port = portal.start_task(serve_async, theirs, "127.0.0.1", 0)
             cases = {
                 "vlaeval (ws://)": (ours["vlaeval"].url, ours["vlaeval"]),
@@ -126,24 +129,24 @@ def main() -> int:
                     health = server.health()
                     return health["requests"], health["batches"]
 
-                rows[name] = [measure(pool, url, n, args.seconds, counters) for n in CONCURRENCY]
+                rows[name] = [measure(pool, url, n, seconds, counters) for n in concurrency]
             rows["vla-eval's own server (vla-eval://)"] = [
                 measure(
-                    pool, f"vla-eval://127.0.0.1:{port}", n, args.seconds, lambda: (theirs.requests, theirs.batches)
+                    pool, f"vla-eval://127.0.0.1:{port}", n, seconds, lambda: (theirs.requests, theirs.batches)
                 )
-                for n in CONCURRENCY
+                for n in concurrency
             ]
             running.cancel()
         finally:
             for server in ours.values():
                 server.stop()
 
-    print(f"policy: bench_serving.BenchPolicy (CPU torch, 1 thread, chunk {CHUNK}); {os.cpu_count()} CPU cores;")
+    print(f"policy: bench_serving.{policy_class.__name__} (CPU torch, 1 thread, chunk {CHUNK}); {os.cpu_count()} CPU cores;")
     print("servers: max batch 16, max wait 5 ms; one client process per episode; MIKASA-sized observations.\n")
     print("| server (client) | episodes | actions/s | p50 ms | p99 ms | mean batch |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, cells in rows.items():
-        for clients, (rate, p50, p99, mean) in zip(CONCURRENCY, cells, strict=True):
+        for clients, (rate, p50, p99, mean) in zip(concurrency, cells, strict=True):
             print(f"| {name} | {clients} | {rate:,.0f} | {p50:.1f} | {p99:.1f} | {mean:.2f} |")
     return 0
 

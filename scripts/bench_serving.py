@@ -8,7 +8,7 @@
 - The round-trip overhead for MIKASA-sized observations (two 128x128x3 images and proprio)
   with a trivial policy, and the server's memory over 10,000 requests.
 
-    python scripts/bench_serving.py [--seconds 3] [--requests 10000]
+    python scripts/bench_serving.py [--seconds 3] [--requests 10000] [--smoke]
 
 The server runs in a child process; policy forwards use one torch thread there and here.
 """
@@ -27,12 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_vlaeval.policy import EpisodeInfo
-from pytest_vlaeval.policy.loading import build_policy
-from pytest_vlaeval.serving.client import RemotePolicy, connect_policy
-from pytest_vlaeval.serving.launcher import ServerProcess
+from pytest_vlaeval.policy import EpisodeInfo, ZeroPolicy
+from pytest_vlaeval.serving import ServerProcess, connect_policy
 
 CONCURRENCY = (1, 2, 4, 8, 16)
+SMOKE_CONCURRENCY = (1, 2)
 WIDTH = 4096
 CHUNK = 8
 
@@ -42,14 +41,15 @@ class BenchPolicy:
     so a batch of 16 costs far less than 16 batches of one."""
 
     chunk_size = CHUNK
+    width = WIDTH
 
     def __init__(self) -> None:
         torch.set_num_threads(1)
         torch.manual_seed(0)
-        layers = [torch.nn.Linear(6 * 16 * 16 + 7, WIDTH), torch.nn.ReLU()]
+        layers = [torch.nn.Linear(6 * 16 * 16 + 7, self.width), torch.nn.ReLU()]
         for _ in range(3):
-            layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(WIDTH, CHUNK * 7), torch.nn.Tanh()).eval()
+            layers += [torch.nn.Linear(self.width, self.width), torch.nn.ReLU()]
+        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(self.width, CHUNK * 7), torch.nn.Tanh()).eval()
         self.config = {"parameters": sum(p.numel() for p in self.net.parameters())}
 
     def reset(self, episode: EpisodeInfo) -> None:
@@ -64,6 +64,12 @@ class BenchPolicy:
         image = torch.nn.functional.avg_pool2d(rgb.permute(0, 3, 1, 2).float() / 255, 8).flatten(1)
         proprio = torch.as_tensor(np.concatenate([np.asarray(o["proprio"]) for o in observations]))
         return self.net(torch.cat([image, proprio], 1)).view(-1, CHUNK, 7).numpy()
+
+
+class SmokeBenchPolicy(BenchPolicy):
+    """The same network, narrow enough that ``--smoke`` builds it in a blink."""
+
+    width = 256
 
 
 def mikasa_obs(seed: int) -> dict[str, Any]:
@@ -95,13 +101,12 @@ def client(url: str, i: int, start_at: float, stop_at: float, requests: int, reo
     """One episode in its own process, as an xdist worker would be: act from ``start_at`` until
     ``stop_at`` or ``requests`` requests; returns the latencies in seconds."""
     policy = connect_policy(url, 7)
-    assert isinstance(policy, RemotePolicy)
     obs = mikasa_obs(i)
     policy.reset(episode(i))
     policy.act(obs)  # warm: the first request of an episode is not typical
     time.sleep(max(start_at - time.time(), 0))
     latencies: list[float] = []
-    while len(latencies) < requests and time.time() < stop_at:
+    while len(latencies) < requests and (not latencies or time.time() < stop_at):  # one at least, however late
         if reopen_every and latencies and len(latencies) % reopen_every == 0:
             policy.reset(episode(i))
         began = time.perf_counter()
@@ -140,19 +145,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell [3]")
     parser.add_argument("--requests", type=int, default=10_000, help="requests for the memory check [10000]")
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 and 2 episodes, 0.5 s per cell, 400 requests: does it run at all"
+    )
     args = parser.parse_args()
+    concurrency = SMOKE_CONCURRENCY if args.smoke else CONCURRENCY
+    seconds, requests = (0.5, 400) if args.smoke else (args.seconds, args.requests)
+    policy_class = SmokeBenchPolicy if args.smoke else BenchPolicy
 
     here = str(Path(__file__).resolve().parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
     logs = Path(tempfile.mkdtemp(prefix="bench-serving-"))
     # Client processes are forked before this process runs any torch code; they never do.
-    with multiprocessing.get_context("fork").Pool(max(CONCURRENCY)) as pool:
-        rows = throughput_table(pool, env, logs, args.seconds)
-        overhead, memory = overhead_and_memory(pool, env, logs, args.requests)
+    with multiprocessing.get_context("fork").Pool(max(concurrency)) as pool:
+        rows = throughput_table(pool, env, logs, policy_class, concurrency, seconds)
+        overhead, memory = overhead_and_memory(pool, env, logs, requests)
 
-    policy = BenchPolicy()
+    policy = policy_class()
     print(
-        f"policy: MLP over pooled image + proprio, {policy.config['parameters'] / 1e6:.1f}M parameters, chunk {CHUNK},"
+        f"policy: {policy_class.__name__}, MLP over pooled image + proprio, {policy.config['parameters'] / 1e6:.1f}M parameters, chunk {CHUNK},"
     )
     print("CPU torch, 1 thread; server: max-batch-size 16, max-wait-ms 5 (batched) or max-batch-size 1;")
     print("one client process per episode. Actions/s count every action of every returned chunk.\n")
@@ -177,10 +188,10 @@ def main() -> int:
         f"server memory over {served:,} requests (4 episodes, each reopened every 100 requests): "
         f"{rss_warm / 2**20:.1f} MiB after the first 10%, {rss_end / 2**20:.1f} MiB at the end ({growth:+.1f} MiB)"
     )
-    at8 = next(row for row in rows if row[0] == 8)
+    clients, ceiling_rate, batched, exact = next((row for row in rows if row[0] == 8), rows[-1])
     checks = [
-        ("8 episodes: batched >= 90% of the in-process ceiling", at8[2][0] >= 0.9 * at8[1]),
-        ("8 episodes: batched >= 2x batch-size-1", at8[2][0] >= 2 * at8[3][0]),
+        (f"{clients} episodes: batched >= 90% of the in-process ceiling", batched[0] >= 0.9 * ceiling_rate),
+        (f"{clients} episodes: batched >= 2x batch-size-1", batched[0] >= 2 * exact[0]),
         ("round-trip overhead p50 <= 2 ms", p50 - in_process_ms <= 2.0),
         ("server memory flat (< 5 MiB growth after warm-up)", growth < 5.0),
     ]
@@ -190,18 +201,25 @@ def main() -> int:
     return 0
 
 
-def throughput_table(pool: Any, env: dict[str, str], logs: Path, seconds: float) -> list[tuple]:
-    spec = "bench_serving:BenchPolicy"
+def throughput_table(
+    pool: Any,
+    env: dict[str, str],
+    logs: Path,
+    policy_class: type[BenchPolicy],
+    concurrency: tuple[int, ...],
+    seconds: float,
+) -> list[tuple]:
+    spec = f"bench_serving:{policy_class.__name__}"
     servers = {
         "batched": ServerProcess(spec, logs / "batched.log", ["--max-batch-size", "16", "--max-wait-ms", "5"], env),
         "exact": ServerProcess(spec, logs / "exact.log", ["--max-batch-size", "1"], env),
     }
-    policy = BenchPolicy()
+    policy = policy_class()
     rows = []
     try:
         for server in servers.values():
             server.start()
-        for clients in CONCURRENCY:
+        for clients in concurrency:
             batched = through_server(pool, servers["batched"], clients, seconds)
             exact = through_server(pool, servers["exact"], clients, seconds)
             rows.append((clients, ceiling(policy, clients, seconds), batched, exact))
@@ -217,12 +235,13 @@ def overhead_and_memory(
     trivial = ServerProcess("zero", logs / "trivial.log", ["--max-batch-size", "1"], env)
     trivial.start()
     try:
-        latencies = drive(pool, trivial.url, 1, requests=2_000)
-        local, obs = build_policy("zero", 7), mikasa_obs(0)
+        round_trips = min(2_000, requests)
+        latencies = drive(pool, trivial.url, 1, requests=round_trips)
+        local, obs = ZeroPolicy(7), mikasa_obs(0)
         began = time.perf_counter()
-        for _ in range(2_000):
+        for _ in range(round_trips):
             local.act(obs)
-        in_process_ms = (time.perf_counter() - began) / 2_000 * 1000
+        in_process_ms = (time.perf_counter() - began) / round_trips * 1000
         p50, p99 = np.percentile(latencies, [50, 99]) * 1000
         assert trivial.proc is not None
         per_client = requests // 4

@@ -1,12 +1,14 @@
 """Regenerate benchmarks/libero.yaml from the installed LIBERO package (task order, names, instructions).
 
 Usage: python scripts/libero_yaml.py > benchmarks/libero.yaml   (after scripts/setup.sh --libero)
+       python scripts/libero_yaml.py --smoke   (the Spatial suite only)
 
 The step budgets are the ones the published harnesses use (openpi, OpenVLA, vla-eval), per suite.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import sys
@@ -32,13 +34,15 @@ HEADER = """\
 """
 
 
-def main() -> None:
+def benchmark_file(splits: list[str]) -> str:
+    """The benchmark file for ``splits`` (keys of ``SUITES``), read from the installed LIBERO."""
     from libero.libero import benchmark
 
     suites = benchmark.get_benchmark_dict()
     tasks = []
     seen: set[str] = set()
-    for split, (suite_name, max_steps) in SUITES.items():
+    for split in splits:
+        suite_name, max_steps = SUITES[split]
         with contextlib.redirect_stdout(io.StringIO()):  # LIBERO prints the task order it applies
             suite = suites[suite_name]()
         for i in range(suite.n_tasks):
@@ -78,7 +82,14 @@ def main() -> None:
         "protocol": {"start_seed": 0, "episodes": 50},
         "tasks": tasks,
     }
-    sys.stdout.write(HEADER + yaml.safe_dump(data, sort_keys=False, width=120))
+    return HEADER + yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="the Spatial suite only (a few seconds)")
+    args = parser.parse_args()
+    sys.stdout.write(benchmark_file(["spatial"] if args.smoke else list(SUITES)))
 
 
 if __name__ == "__main__":

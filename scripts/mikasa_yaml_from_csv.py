@@ -1,6 +1,7 @@
 """Regenerate benchmarks/mikasa.yaml from the benchmark's task table.
 
 Usage: python scripts/mikasa_yaml_from_csv.py mikasa_robo_vla_tasks.csv > benchmarks/mikasa.yaml
+       python scripts/mikasa_yaml_from_csv.py --smoke   (a built-in sample of the table's rows)
 
 The table is the benchmark's own manifest (semicolon separated: Name, Max Length, Memory Type,
 Horizon Split, language_instruction). Which tasks need data files that the wheel lacks was
@@ -10,9 +11,12 @@ on ManiSkill's YCB pack); the three lamp ShellGames stop on YCB first and also b
 
 from __future__ import annotations
 
+import argparse
 import csv
+import io
 import re
 import sys
+from typing import TextIO
 
 import yaml
 
@@ -69,9 +73,19 @@ BENCHMARK = {
 }
 
 
-def main(csv_path: str) -> None:
-    with open(csv_path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter=";"))
+SAMPLE_TABLE = """\
+id;Name;Max Length;Memory Type;Horizon Split;Data Source;language_instruction
+1;ShellGameTouch-VLA-v0;30;Spatial;Short;PPO;Observe which cup hides the ball, wait, then touch that cup.
+14;RememberColor3-VLA-v0;25;Object;Short;PPO;Observe the cube's color, wait, then touch the cube of the same color.
+34;ShellGameColorLampTouch-VLA-v0;30;Spatial;Short;PPO;Observe which color is under each cup, then touch the cup matching the lamp color.
+44;BatteriesCheckerEasy-3-VLA-v0;540;Checklist;Medium;MP;Find all working batteries by inserting each one into the socket, observing the lamp result, and then pressing the button to confirm.
+"""
+"""Four rows of the benchmark's table (one per asset rule, one with none), for ``--smoke``."""
+
+
+def write_benchmark(table: TextIO, out: TextIO) -> None:
+    """The benchmark file for the tasks of ``table`` (the benchmark's semicolon-separated manifest)."""
+    rows = list(csv.DictReader(table, delimiter=";"))
     tasks = []
     for row in rows:
         env_id = row["Name"]
@@ -86,10 +100,18 @@ def main(csv_path: str) -> None:
         if needs:
             task["assets"] = needs
         tasks.append(task)
-    out = dict(BENCHMARK, tasks=tasks)
-    sys.stdout.write(HEADER)
-    yaml.safe_dump(out, sys.stdout, sort_keys=False, width=100, allow_unicode=True)
+    out.write(HEADER)
+    yaml.safe_dump(dict(BENCHMARK, tasks=tasks), out, sort_keys=False, width=100, allow_unicode=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("table", nargs="?", type=argparse.FileType(encoding="utf-8"), help="the task table (CSV)")
+    source.add_argument("--smoke", action="store_true", help="use four built-in rows of the table instead")
+    args = parser.parse_args()
+    write_benchmark(io.StringIO(SAMPLE_TABLE) if args.smoke else args.table, sys.stdout)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,10 @@ from pytest_vlaeval.results.schema import Summary, TaskResult
 
 
 def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Path | None:
-    """Draw the run's success rates; None when there is nothing completed to draw."""
-    if not per_task:
+    """Draw the run's success rates; None when there is nothing completed to draw or matplotlib
+    (the ``chart`` extra) is not installed."""
+    if not per_task or importlib.util.find_spec("matplotlib") is None:
+        path.unlink(missing_ok=True)  # a chart of an earlier session must not stand for this one
         return None
     import matplotlib
 
