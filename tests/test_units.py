@@ -88,6 +88,7 @@ def test_accepted_action_shapes_become_k_by_d(shape: tuple[int, ...]) -> None:
     assert not np.shares_memory(chunk, out)
 
 
+@pytest.mark.torch
 def test_torch_actions_are_accepted_and_copied() -> None:
     import torch
 
@@ -249,6 +250,7 @@ def test_lavapipe_icd_is_found_by_pattern(tmp_path: Path, monkeypatch: pytest.Mo
     assert render.find_lavapipe_icd() == str(tmp_path / "lvp_icd.x86_64.json")
 
 
+@pytest.mark.torch
 def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
