@@ -64,7 +64,10 @@ STACKS: dict[str, Stack] = {
                     "tyro",
                     "tensorboard>=2.15,<2.16",
                     "tqdm",
-                    "opencv-python-headless",
+                    # OpenCV 4.12 needs numpy 2: without this bound pip downloads every newer
+                    # release (70 MB each) before settling (SAPIEN 3.0.0b1 asks for opencv-python).
+                    "opencv-python<4.12",
+                    "opencv-python-headless<4.12",
                 ),
             ),
             PipStep(
