@@ -1,4 +1,4 @@
-"""``vlaeval-serve`` (also ``python -m pytest_vlaeval.serve``): serve one policy to many episodes.
+"""``vlaeval serve``: serve one policy to many episodes.
 
 Prints its address (``ws://HOST:PORT``) on standard output once listening, then loads the
 policy; ``/healthz`` answers 200 from then on. Logs go to standard error. SIGINT or SIGTERM
@@ -47,8 +47,8 @@ SETTINGS: dict[str, tuple[Any, str]] = {
 the value's kind and its help, ``{}`` standing for the default."""
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vlaeval-serve", description=__doc__.split("\n\n")[0])
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The ``vlaeval serve`` options; their defaults are ``ServerConfig``'s."""
     parser.add_argument("--policy", required=True, help="module:attr (class or factory), or a built-in: random, zero")
     default = ServerConfig()  # the one owner of the server's defaults
     for name, (kind, meaning) in SETTINGS.items():
@@ -64,17 +64,15 @@ def parser() -> argparse.ArgumentParser:
         parser.add_argument(f"--{name.replace('_', '-')}", default=value, help=meaning.format(shown), **options)
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"required token [${TOKEN_ENV}]")
     parser.add_argument("--stop-on-stdin-eof", action="store_true", help="stop when standard input closes")
-    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         policy = parse_local_policy(args.policy)  # a server serves a local policy; it never proxies another server
     except SpecError as exc:
-        print(f"vlaeval-serve: error: {exc}", file=sys.stderr)
+        print(f"vlaeval serve: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s vlaeval-serve %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s vlaeval serve %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per health check otherwise
     repeated = RepeatedLines()
     for handler in logging.getLogger().handlers:
@@ -147,7 +145,3 @@ def _checked(kind: Any) -> Callable[[str], Any]:
         return value
 
     return checked
-
-
-if __name__ == "__main__":
-    sys.exit(main())

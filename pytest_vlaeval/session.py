@@ -11,8 +11,6 @@ import importlib.util
 import math
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_vlaeval.context import WORKER_PLAN, RunContext
+from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
@@ -250,6 +249,11 @@ def _run_context(config: pytest.Config) -> RunContext:
     shard_arg = config.getoption("vla_shard")
     baseline = config.getoption("vla_baseline")
     retries = config.getoption("vla_retries")
+    video = config.getoption("vla_video")
+    if video != "none" and importlib.util.find_spec("cv2") is None:
+        raise SpecError(
+            f"--vla-video={video} writes videos with OpenCV, which is not installed: pip install 'pytest-vlaeval[video]'"
+        )
     run = RunContext(
         selection,
         policy,
@@ -263,7 +267,7 @@ def _run_context(config: pytest.Config) -> RunContext:
         gate_alpha=config.getoption("vla_gate_alpha"),
         undecided_exit=config.getoption("vla_undecided_exit"),
         timeout=config.getoption("vla_timeout"),
-        video=config.getoption("vla_video"),
+        video=video,
         sequential=_sequential(config),
     )
     return run
@@ -382,9 +386,6 @@ def _register_markers(config: pytest.Config, selection: Selection) -> None:
 def _preflight(run: RunContext) -> None:
     """Check the render backend in a throwaway process, so a broken machine fails in one line."""
     module = run.selection.benchmark.env.preflight
-    if not module:
-        return
-    check = subprocess.run([sys.executable, "-m", module, run.render], capture_output=True, text=True, timeout=300)
-    if check.returncode != 0:
-        lines = (check.stdout.strip() or check.stderr.strip() or "no output").splitlines()
-        raise pytest.UsageError(f"render backend check failed: {lines[-1]}")
+    problem = preflight_problem(module, run.render) if module else None
+    if problem:
+        raise pytest.UsageError(f"render backend check failed: {problem}")

@@ -5,9 +5,9 @@ The same batched policy (``bench_serving.BenchPolicy``, chunks of 8) is served f
 driven by the plugin's own client for that protocol, one client process per episode, at 1, 4,
 8 and 16 concurrent episodes:
 
-- ``vlaeval``: ``vlaeval-serve`` (this package's protocol), client ``ws://``;
-- ``openpi``: ``vlaeval-serve --protocol openpi``, client ``openpi://?chunk_size=8``;
-- ``vla-eval``: ``vlaeval-serve --protocol vla-eval``, client ``vla-eval://``;
+- ``vlaeval``: ``vlaeval serve`` (this package's protocol), client ``ws://``;
+- ``openpi``: ``vlaeval serve --protocol openpi``, client ``openpi://?chunk_size=8``;
+- ``vla-eval``: ``vlaeval serve --protocol vla-eval``, client ``vla-eval://``;
 - ``vla-eval's server``: vla-eval's own batching ``PredictModelServer`` (max batch 16, max wait
   5 ms, as ours), client ``vla-eval://``.
 

@@ -86,7 +86,7 @@ def test_the_command_prints_the_table_and_writes_markdown_and_html(fake: pytest.
     runs = _runs(fake, "Early", "Middle", "Late")
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval.report.compare", *map(str, runs), "--out", str(out)],
+        [sys.executable, "-m", "pytest_vlaeval", "compare", *map(str, runs), "--out", str(out)],
         capture_output=True,
         text=True,
         check=False,
@@ -108,7 +108,7 @@ def test_runs_of_different_protocols_are_refused_with_one_line(fake: pytest.Pyte
     with pytest.raises(ComparisonError, match="different benchmark or protocol"):
         pytest_vlaeval.compare(first, other)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval.report.compare", str(first), str(other), "--out", str(tmp_path)],
+        [sys.executable, "-m", "pytest_vlaeval", "compare", str(first), str(other), "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,

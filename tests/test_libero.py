@@ -4,7 +4,7 @@ Small on purpose (an env step with two 256x256 cameras costs ~0.35 s on a CPU): 
 tasks, episodes capped at STEPS policy steps by a copy of ``benchmarks/libero.yaml`` (everything
 else canonical). The parity tests compare, bit for bit, what the policy sees and does with a
 reference loop written from openpi's description (``libero_reference``).
-These tests need ``scripts/setup.sh --libero``; they fail, never skip, without it.
+These tests need ``vlaeval install libero``; they fail, never skip, without it.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def test_the_render_check_passes_here_and_names_the_fix_when_gl_is_broken() -> N
     bad = subprocess.run(
         [sys.executable, "-m", "pytest_vlaeval.envs.libero", "auto"], capture_output=True, text=True, env=env
     )
-    assert bad.returncode == 1 and "scripts/setup.sh --libero" in bad.stdout, bad.stdout + bad.stderr
+    assert bad.returncode == 1 and "vlaeval install libero" in bad.stdout, bad.stdout + bad.stderr
 
 
 def test_benchmark_file_matches_the_installed_package() -> None:

@@ -2,7 +2,7 @@
 
 A few short episodes only (an env step costs ~0.13 s on a CPU): RememberColor3 (25 steps) and
 InterceptSlow (60 steps), two seeds each, run once per fixture and shared by the assertions.
-These tests need the simulator stack from scripts/setup.sh; they fail, never skip, without it.
+These tests need the simulator stack from `vlaeval install mikasa`; they fail, never skip, without it.
 """
 
 from __future__ import annotations

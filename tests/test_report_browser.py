@@ -126,10 +126,10 @@ def test_report_html_in_a_browser(fake: pytest.Pytester, browser: Browser) -> No
 
 
 def test_compare_html_in_a_browser(fake: pytest.Pytester, browser: Browser, tmp_path: Path) -> None:
-    from pytest_vlaeval.report.compare import main
+    from pytest_vlaeval.cli import main
 
     runs = _runs(fake, "Early", "Middle", "Late")
-    assert main([*map(str, runs), "--out", str(tmp_path)]) == 0
+    assert main(["compare", *map(str, runs), "--out", str(tmp_path)]) == 0
     page = browser.open(tmp_path / "compare.html")
 
     rows = _visible(page, "comparison")

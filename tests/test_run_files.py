@@ -64,7 +64,7 @@ def test_a_finished_shard_names_the_shards_still_to_run_and_the_merge(fake: pyte
         [
             "shard 1/2 is complete; still to run: shard 2/2",
             "run shard 2/2 with: pytest * --vla-shard=2/2*--vla-rerun=incomplete",
-            f"then, where shards wrote to other run directories, merge them: vlaeval-merge {run_dir(fake)} *",
+            f"then, where shards wrote to other run directories, merge them: vlaeval merge {run_dir(fake)} *",
         ]
     )
     second = fake.runpytest(*advised(first, "run shard 2/2 with: "))

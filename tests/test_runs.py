@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_usage_error, read_json, run_dir
 
+from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.stats import mcnemar_exact, wilson
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
-from pytest_vlaeval.results.merge import main as merge_main
 from pytest_vlaeval.results.subset import shard
 from pytest_vlaeval.spec import resolve_benchmark, select
 
@@ -159,7 +159,7 @@ def test_two_shards_merged_equal_one_unsharded_run(fake: pytest.Pytester) -> Non
     assert read_json(a / "summary.json")["n_completed"] != 6, "a shard alone is partial"
     out = fake.path / "merged"
     benchmark = str(fake.path / "fake.yaml")
-    assert merge_main([str(a), str(b), "--out", str(out), "--benchmark", benchmark]) == 0
+    assert vlaeval(["merge", str(a), str(b), "--out", str(out), "--benchmark", benchmark]) == 0
 
     def canonical(directory: Path) -> dict[str, bytes]:
         """The canonical files byte for byte, but for the summary's timestamp."""
@@ -174,7 +174,8 @@ def test_two_shards_merged_equal_one_unsharded_run(fake: pytest.Pytester) -> Non
     assert canonical(out) == canonical(whole)
     assert "6 of 6 episodes completed" in (out / "report.html").read_text(encoding="utf-8")  # the merged run's page
     logs = sorted(p.name for p in (out / "episodes").iterdir())
-    assert merge_main([str(a), str(b), "--out", str(out), "--benchmark", benchmark]) == 0  # again: nothing changes
+    # again: nothing changes
+    assert vlaeval(["merge", str(a), str(b), "--out", str(out), "--benchmark", benchmark]) == 0
     assert sorted(p.name for p in (out / "episodes").iterdir()) == logs and canonical(out) == canonical(whole)
 
 
@@ -186,14 +187,14 @@ def test_merge_reports_a_missing_shard_and_refuses_a_different_run(
     (a,) = (fake.path / "a").iterdir()
     (z,) = (fake.path / "z").iterdir()
     benchmark = str(fake.path / "fake.yaml")
-    assert merge_main([str(a), "--out", str(fake.path / "m"), "--benchmark", benchmark]) == 0
+    assert vlaeval(["merge", str(a), "--out", str(fake.path / "m"), "--benchmark", benchmark]) == 0
     out = capsys.readouterr().out
     assert (
         "shard 2/3 has no episode log: run `pytest --benchmark=fake:short --policy=random" in out
         and "--vla-shard=2/3`" in out
     )
     assert "fill the gaps with: pytest " in out and "--vla-rerun=incomplete" in out
-    assert merge_main([str(a), str(z), "--out", str(fake.path / "m2"), "--benchmark", benchmark]) == 2
+    assert vlaeval(["merge", str(a), str(z), "--out", str(fake.path / "m2"), "--benchmark", benchmark]) == 2
     assert "is not the same run" in capsys.readouterr().out and "policy" in out + "policy"
 
 

@@ -103,9 +103,9 @@ def test_remote_specs() -> None:
 
 @pytest.mark.parametrize("address", ["ws://127.0.0.1:8000", "openpi://127.0.0.1:8000", "vla-eval://127.0.0.1:8000"])
 def test_a_server_refuses_to_proxy_another_server(address: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_vlaeval.serve import main
+    from pytest_vlaeval.cli import main
 
-    assert main(["--policy", address, "--port", "0"]) == 2
+    assert main(["serve", "--policy", address, "--port", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"--policy {address!r} is a policy server's address" in err

@@ -91,6 +91,7 @@ def test_accepted_action_shapes_become_k_by_d(shape: tuple[int, ...]) -> None:
     assert not np.shares_memory(chunk, out)
 
 
+@pytest.mark.torch
 def test_torch_actions_are_accepted_and_copied() -> None:
     import torch
 
@@ -273,6 +274,7 @@ def test_software_render_threads_share_the_cores_among_workers(
     assert os.environ["LP_NUM_THREADS"] == "3", "the user's own setting wins"
 
 
+@pytest.mark.torch
 def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 

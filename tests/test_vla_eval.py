@@ -323,7 +323,7 @@ def test_vla_evals_client_with_a_token_and_a_failing_policy() -> None:
 
 def test_the_serve_command_speaks_vla_eval(tmp_path: Path) -> None:
     server = subprocess.Popen(
-        [sys.executable, "-m", "pytest_vlaeval.serve", "--policy", "zero", "--port", "0", "--protocol", "vla-eval"],
+        [sys.executable, "-m", "pytest_vlaeval", "serve", "--policy", "zero", "--port", "0", "--protocol", "vla-eval"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         cwd=tmp_path,

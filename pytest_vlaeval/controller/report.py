@@ -170,7 +170,7 @@ def completion_advice(args: tuple[str, ...], run: RunContext, per_task: list[Tas
     lines = [f"shard {index}/{count} is complete; still to run: {', '.join(f'shard {i}/{count}' for i in pending)}"]
     lines += [f"run shard {i}/{count} with: {completion_command(_with_shard(args, f'{i}/{count}'))}" for i in pending]
     lines.append(
-        f"then, where shards wrote to other run directories, merge them: vlaeval-merge {shlex.quote(str(run.run_dir))} "
+        f"then, where shards wrote to other run directories, merge them: vlaeval merge {shlex.quote(str(run.run_dir))} "
         "OTHER_RUN_DIR... --out MERGED_DIR"
     )
     return lines

@@ -4,7 +4,7 @@ Two kinds, declared in the benchmark file's ``assets`` block:
 
 ``package_file``
     A file that belongs inside an installed package but is not in its wheel (MIKASA's lamp
-    mesh). Installed by ``python -m pytest_vlaeval install-assets`` from ``$VLAEVAL_ASSET_DIR``
+    mesh). Installed by ``vlaeval install-assets`` (and ``vlaeval install``) from ``$VLAEVAL_ASSET_DIR``
     or its pinned URL, verified by size and SHA-256, never overwriting a different file unless
     forced.
 ``maniskill``
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 ASSET_DIR_ENV = "VLAEVAL_ASSET_DIR"
-INSTALL_COMMAND = "python -m pytest_vlaeval install-assets"
+INSTALL_COMMAND = "vlaeval install-assets"
 
 
 def problem(name: str, spec: dict[str, Any]) -> str | None:

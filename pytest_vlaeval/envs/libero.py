@@ -231,12 +231,12 @@ def check(render_request: str) -> str | None:
     except Exception as exc:
         return (
             f"MuJoCo cannot render with MUJOCO_GL={gl} ({type(exc).__name__}: {exc}): install Mesa "
-            "(libegl1, libgl1-mesa-dri, libosmesa6; scripts/setup.sh --libero does this)"
+            "(libegl1, libgl1-mesa-dri, libosmesa6; `vlaeval install libero --system-deps` does this)"
         )
     try:
         import libero.libero  # noqa: F401
     except Exception as exc:
-        return f"LIBERO is not installed ({type(exc).__name__}: {exc}): run scripts/setup.sh --libero"
+        return f"LIBERO is not installed ({type(exc).__name__}: {exc}): run `vlaeval install libero`"
     return None
 
 

@@ -20,7 +20,7 @@ from pytest_vlaeval.choices import RENDER_BACKENDS
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
 NO_VULKAN_HINT = (
     "install Mesa's lavapipe >= 25 (Debian 12: mesa-vulkan-drivers from bookworm-backports; "
-    "scripts/setup.sh does this) or run on a CUDA machine with --vla-render=gpu"
+    "`vlaeval install mikasa --system-deps` does this) or run on a CUDA machine with --vla-render=gpu"
 )
 
 NO_CUDA_HINT = "the GPU path needs an NVIDIA GPU with its driver; use --vla-render=cpu (software Vulkan) or auto"

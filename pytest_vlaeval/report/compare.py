@@ -1,8 +1,5 @@
 """``vlaeval compare RUN [RUN ...]``: run directories (e.g. one per checkpoint) side by side, in
-the order given: prints the table, writes ``compare.md`` and ``compare.html``.
-
-Also ``python -m pytest_vlaeval.report.compare RUN [RUN ...]``.
-"""
+the order given: prints the table, writes ``compare.md`` and ``compare.html``."""
 
 from __future__ import annotations
 
@@ -64,13 +61,3 @@ def markdown_table(comparison: Comparison) -> str:
         cells += ["-" if d is None else format_difference(d) for d in row.differences]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vlaeval compare")
-    configure(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,6 +4,7 @@ so a partial picture never looks complete."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,11 @@ NOT_EVALUATED = "not evaluated"
 
 
 def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Path | None:
-    """Draw the run's success rates; None when there is nothing completed to draw."""
-    figure = draw_chart(summary, per_task)
+    """Draw the run's success rates; None when there is nothing completed to draw or matplotlib
+    (the ``chart`` extra) is not installed."""
+    figure = draw_chart(summary, per_task) if importlib.util.find_spec("matplotlib") else None
     if figure is None:
+        path.unlink(missing_ok=True)  # a chart of an earlier session must not stand for this one
         return None
     import matplotlib.pyplot as plt
 

@@ -1,6 +1,6 @@
 """Merge run directories (shards from several machines or CI jobs) into one run.
 
-``python -m pytest_vlaeval merge RUN_DIR... [--out DIR]`` (also ``vlaeval-merge``) checks that
+``vlaeval merge RUN_DIR... [--out DIR]`` checks that
 every directory holds the same run (equal fingerprints), copies their episode logs into the
 output, says which shards and episodes are still missing with the command that fills them, and
 writes the canonical files. Logs are copied by name and the latest attempt of each episode
@@ -127,18 +127,20 @@ def rerun_command(fingerprint: dict[str, Any], *extra: str) -> str:
     return shlex.join(args)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vlaeval-merge", description=__doc__.splitlines()[0])
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The ``vlaeval merge`` arguments."""
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, help="merged run directory [the first RUN_DIR]")
     parser.add_argument(
         "--benchmark", help="benchmark name or YAML file [the copy the run directories keep, else the built-in]"
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         lines = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark)
     except (SpecError, ResultsUnwritable, FileNotFoundError) as exc:
-        print(f"vlaeval-merge: {exc}")
+        print(f"vlaeval merge: {exc}")
         return 2
     print("\n".join(lines))
     return 0

@@ -1,7 +1,7 @@
 """What the server core and every wire protocol's handler share: the server's settings, a
 connection with its open episodes, and the refusal a handler turns into an error reply.
 
-``ServerConfig`` is the one owner of the server's defaults (``vlaeval-serve`` shows them).
+``ServerConfig`` is the one owner of the server's defaults (``vlaeval serve`` shows them).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class ServerProcess:
         """Start the server and wait until its policy is loaded; returns its ``ws://`` address."""
         deadline = time.monotonic() + timeout_s
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "pytest_vlaeval.serve", "--policy", self.spec, "--host", "127.0.0.1"]
+        command = [sys.executable, "-m", "pytest_vlaeval", "serve", "--policy", self.spec, "--host", "127.0.0.1"]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [*command, "--port", "0", "--stop-on-stdin-eof", *self.args],

@@ -1,4 +1,4 @@
-"""``vlaeval-serve --protocol vla-eval``: the server side of vla-eval's model-server protocol.
+"""``vlaeval serve --protocol vla-eval``: the server side of vla-eval's model-server protocol.
 
 One connection is one vla-eval harness shard, holding at most one episode at a time:
 ``episode_start`` opens an episode (its state reset, as for an ``open``), ``episode_end`` or the

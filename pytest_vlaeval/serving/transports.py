@@ -1,6 +1,6 @@
 """Every wire protocol, one entry each: its URL scheme, the options its addresses take, its
 client and its server handler. The URL parser, the client dispatch (``connect``), the server
-and ``vlaeval-serve --protocol`` all derive from ``TRANSPORTS``.
+and ``vlaeval serve --protocol`` all derive from ``TRANSPORTS``.
 
 A transport is one client module and one handler module (``serve_connection(core, connection)``
 and ``LOAD_UNIT``, written against ``core.ServerCore``) plus one line here. Clients and
@@ -24,7 +24,7 @@ class Transport:
     scheme: str
     """``--policy SCHEME://HOST:PORT``."""
     protocol: str
-    """``vlaeval-serve --protocol``."""
+    """``vlaeval serve --protocol``."""
     url_options: tuple[str, ...]
     """Query-string options of its addresses (besides ``identity``, which every scheme takes)."""
     address: str

@@ -1,0 +1,88 @@
+"""``vlaeval install NAME``: put a benchmark's pinned simulator stack into this interpreter,
+install the data files its wheel lacks, then check imports, versions and the render device.
+
+Nothing outside the interpreter changes unless ``--system-deps`` asks for the Debian packages
+(software Vulkan or Mesa's EGL). Re-running is fast: only unmet steps run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from pytest_vlaeval.envs.preflight import preflight_problem
+from pytest_vlaeval.install import installer
+from pytest_vlaeval.install.assets_command import add_source_options, install_assets
+from pytest_vlaeval.install.stacks import STACKS
+from pytest_vlaeval.spec import resolve_benchmark
+
+PREFIX = "vlaeval install:"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", choices=STACKS, help="the benchmark whose simulator stack to install")
+    parser.add_argument(
+        "--system-deps", action="store_true", help="also install the Debian packages it needs (apt-get; root or sudo)"
+    )
+    parser.add_argument("--check", action="store_true", help="change nothing: only check what is installed")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands it would run, run none")
+    add_source_options(parser)
+
+
+def plan(args: argparse.Namespace) -> list[installer.Command] | str:
+    """The commands to run, or one line saying why there can be none."""
+    stack = STACKS[args.stack]
+    commands = []
+    if args.system_deps:
+        debian = installer.read_debian()
+        if debian is None:
+            return f"--system-deps needs apt-get (Debian or Ubuntu); install {', '.join(stack.system_packages)} with this machine's package manager"
+        commands += installer.system_plan(stack, debian)
+    return commands + installer.pip_plan(stack, installer.installed_version)
+
+
+def run(args: argparse.Namespace) -> int:
+    stack = STACKS[args.stack]
+    problem = installer.python_problem(stack)
+    if problem:
+        print(f"{PREFIX} {problem}")
+        return 1
+    if not args.check:
+        commands = plan(args)
+        if isinstance(commands, str):
+            print(f"{PREFIX} {commands}")
+            return 1
+        for command in commands:
+            print(f"{PREFIX} {command.why}\n  $ {command}", flush=True)
+            if args.dry_run:
+                continue
+            status = subprocess.run(command.argv, input=command.stdin, text=True).returncode
+            if status != 0:
+                print(f"{PREFIX} `{command}` failed (exit {status}); fix what it says above and run again")
+                return 1
+        if not commands:
+            print(f"{PREFIX} the {stack.benchmark} packages are in place")
+        if args.dry_run:
+            return 0
+    benchmark, _ = resolve_benchmark(stack.benchmark)
+    for line in install_assets(benchmark, args.source, args.force, check_only=args.check):
+        print(
+            f"{PREFIX} {line.replace(': FAILED: ', ': note: ')} (only the tasks that need it)"
+            if ": FAILED: " in line
+            else f"{PREFIX} {line}"
+        )
+    problems = [
+        *installer.version_problems(stack, installer.installed_version),
+        *installer.import_problems(stack),
+    ]
+    if not problems and benchmark.env.preflight:
+        render = preflight_problem(benchmark.env.preflight, "auto")
+        if render:
+            problems.append(f"render check: {render}")
+    for line in problems:
+        print(f"{PREFIX} PROBLEM: {line}")
+    if problems:
+        return 1
+    print(f"{PREFIX} {stack.benchmark} is ready in {sys.executable}")
+    return 0

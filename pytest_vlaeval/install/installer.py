@@ -1,0 +1,206 @@
+"""The install plan (what would run) and the check (what is wrong, one line each), kept apart
+from running anything so both can be tested without touching the machine."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from pytest_vlaeval.install.stacks import PipStep, Stack
+
+BACKPORTS = "bookworm-backports"
+BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/bookworm-backports.sources")
+BACKPORTS_ENTRY = (
+    "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\n"
+    "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+)
+"""Debian 12's Mesa (22.3) is too old for SAPIEN 3.0.3's software Vulkan; its backports suite has 25."""
+
+InstalledVersion = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of the plan, with the reason it runs."""
+
+    why: str
+    argv: tuple[str, ...]
+    stdin: str | None = None
+
+    def __str__(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Debian:
+    """What ``--system-deps`` needs to know about the machine."""
+
+    codename: str
+    versions: dict[str, str] = field(default_factory=dict)
+    """Installed Debian package -> version."""
+    backports_configured: bool = False
+    has_gpu: bool = False
+    is_root: bool = True
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def requirements(step: PipStep) -> list[Requirement]:
+    """A step's requirements, those of its shipped requirements file included (hashes dropped)."""
+    lines = list(step.requirements)
+    if step.requirements_file:
+        text = resources_file(step.requirements_file).read_text(encoding="utf-8")
+        lines += [line.split(" --hash")[0] for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return [Requirement(line) for line in lines]
+
+
+def resources_file(name: str) -> Path:
+    return Path(str(resources.files("pytest_vlaeval.install") / name))
+
+
+def unmet(step: PipStep, installed: InstalledVersion) -> list[str]:
+    """One line per requirement of ``step`` that the interpreter does not satisfy."""
+    lines = []
+    for requirement in requirements(step):
+        version = installed(requirement.name)
+        if version is None:
+            lines.append(f"{requirement.name} is not installed")
+        elif not step.keep_installed and not requirement.specifier.contains(version, prereleases=True):
+            lines.append(f"{requirement.name} {version} is installed, the stack needs {requirement}")
+    return lines
+
+
+def pip_plan(stack: Stack, installed: InstalledVersion, python: str = sys.executable) -> list[Command]:
+    """The pip commands still needed: from the first step with an unmet requirement on, since a
+    step may replace what a later one pinned (ManiSkill brings its own SAPIEN)."""
+    first = next((i for i, step in enumerate(stack.steps) if unmet(step, installed)), len(stack.steps))
+    commands = []
+    for step in stack.steps[first:]:
+        argv = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+        if step.no_deps:
+            argv.append("--no-deps")
+        if step.requirements_file:
+            argv += ["--require-hashes", "-r", str(resources_file(step.requirements_file))]
+        argv += step.requirements
+        commands.append(Command(step.why, tuple(argv)))
+    return commands
+
+
+def system_plan(stack: Stack, debian: Debian) -> list[Command]:
+    """The apt commands that put the stack's system packages in place; none when they are."""
+    if stack.system_packages_unless_gpu and debian.has_gpu:
+        return []
+    minimum = dict(stack.minimum_system_versions)
+    missing = [
+        package
+        for package in stack.system_packages
+        if package not in debian.versions or _major(debian.versions[package]) < minimum.get(package, 0)
+    ]
+    if not missing:
+        return []
+    sudo = () if debian.is_root else ("sudo",)
+    commands = []
+    target: tuple[str, ...] = ()
+    if debian.codename == "bookworm":
+        target = ("-t", BACKPORTS)
+        if not debian.backports_configured:
+            commands.append(
+                Command(
+                    f"add Debian's {BACKPORTS} suite (Mesa >= 25)",
+                    (*sudo, "tee", str(BACKPORTS_SOURCE)),
+                    BACKPORTS_ENTRY,
+                )
+            )
+    apt = (*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get")
+    commands.append(Command("refresh the package lists", (*apt, "update", "-qq")))
+    commands.append(
+        Command(f"install {', '.join(missing)}", (*apt, "install", "-y", "-qq", *target, *stack.system_packages))
+    )
+    return commands
+
+
+def _major(version: str) -> int:
+    digits = version.split(":")[-1].split(".")[0]
+    return int(digits) if digits.isdigit() else 0
+
+
+def read_debian() -> Debian | None:
+    """This machine's Debian facts, or None where there is no apt-get."""
+    if shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:
+        return None
+    release = Path("/etc/os-release")
+    fields = (
+        dict(line.split("=", 1) for line in release.read_text().splitlines() if "=" in line)
+        if release.is_file()
+        else {}
+    )
+    query = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Package} ${Version} ${db:Status-Status}\n"], capture_output=True, text=True
+    )
+    versions = {}
+    for line in query.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == "installed":
+            versions[parts[0]] = parts[1]
+    sources = [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]
+    backports = any(p.is_file() and BACKPORTS in p.read_text(errors="replace") for p in sources)
+    gpu = (
+        shutil.which("nvidia-smi") is not None
+        and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    )
+    return Debian(
+        codename=fields.get("VERSION_CODENAME", "").strip('"'),
+        versions=versions,
+        backports_configured=backports,
+        has_gpu=gpu,
+        is_root=os.geteuid() == 0,
+    )
+
+
+def python_problem(stack: Stack, version: tuple[int, int] = sys.version_info[:2]) -> str | None:
+    first, last = stack.python
+    if first <= version <= last:
+        return None
+    return (
+        f"Python {version[0]}.{version[1]}: the {stack.benchmark} stack has wheels for Python "
+        f"{first[0]}.{first[1]} to {last[0]}.{last[1]} only; make a virtual env with one of those"
+    )
+
+
+def version_problems(stack: Stack, installed: InstalledVersion) -> list[str]:
+    command = f"vlaeval install {stack.benchmark}"
+    return [f"{line}: run `{command}`" for step in stack.steps for line in unmet(step, installed)]
+
+
+def import_problems(stack: Stack) -> list[str]:
+    """Import each module in a fresh interpreter (what a worker will do); one line per failure."""
+    script = (
+        "import importlib, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        print(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, *stack.imports], capture_output=True, text=True)
+    lines = result.stdout.splitlines()
+    if result.returncode != 0 and not lines:
+        lines = [
+            f"importing {', '.join(stack.imports)} crashed: {(result.stderr.strip() or 'no output').splitlines()[-1]}"
+        ]
+    return [f"cannot import {line}: run `vlaeval install {stack.benchmark}`" for line in lines]

@@ -1,0 +1,183 @@
+"""The ``vlaeval`` command and its installer: the plan (what would run), the check's lines, and one
+real ``vlaeval install mikasa --check`` in this interpreter."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_usage_error
+
+from pytest_vlaeval.cli import COMMANDS
+from pytest_vlaeval.install import installer
+from pytest_vlaeval.install.command import plan
+from pytest_vlaeval.install.stacks import STACKS
+
+MIKASA, LIBERO = STACKS["mikasa"], STACKS["libero"]
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
+MESA_25 = {"mesa-vulkan-drivers": "25.0.7-2~bpo12+1", "libvulkan1": "1.3.239.0-1"}
+
+
+def versions_meeting(stack_name: str, **overrides: str | None) -> installer.InstalledVersion:
+    """An interpreter holding exactly what the stack pins, but for ``overrides`` (None: absent)."""
+    candidates = ["1.0", "0.60", "1.26.4", "2.15.2", "2.4", "3.1.7", "80.0"]
+    pinned: dict[str, str | None] = {}
+    for step in STACKS[stack_name].steps:
+        for requirement in installer.requirements(step):
+            fits = list(requirement.specifier.filter(candidates)) or [next(iter(requirement.specifier)).version]
+            pinned[normal(requirement.name)] = fits[0]
+    pinned.update({normal(name): value for name, value in overrides.items()})
+    return lambda distribution: pinned.get(normal(distribution))
+
+
+def normal(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def vlaeval(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_vlaeval", *args], capture_output=True, text=True)
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def test_help_lists_every_subcommand_without_importing_them() -> None:
+    probe = (
+        "import sys\nfrom pytest_vlaeval.cli import COMMANDS, main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('imported:', [m for m, _ in COMMANDS.values() if m in sys.modules])"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    for name in COMMANDS:
+        assert f"    {name}" in result.stdout
+    assert "imported: []" in result.stdout
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_subcommand_has_help(name: str) -> None:
+    result = vlaeval(name, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: vlaeval {name}")
+
+
+def test_the_only_console_script_is_vlaeval() -> None:
+    scripts = {
+        e.name for e in importlib.metadata.distribution("pytest-vlaeval").entry_points if e.group == "console_scripts"
+    }
+    assert scripts == {"vlaeval"}
+
+
+# -- the pip plan -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["mikasa", "libero"])
+def test_nothing_runs_when_the_stack_is_in_place(stack: str) -> None:
+    assert installer.pip_plan(STACKS[stack], versions_meeting(stack)) == []
+
+
+def test_sapien_replaced_by_maniskill_reruns_only_the_no_deps_step() -> None:
+    commands = installer.pip_plan(MIKASA, versions_meeting("mikasa", sapien="3.0.0b1"), python="py")
+    assert [str(c) for c in commands] == [
+        "py -m pip install --disable-pip-version-check --no-deps mikasa-robo-suite==1.0.0 sapien==3.0.3"
+    ]
+
+
+def test_a_step_that_must_run_reruns_every_later_step() -> None:
+    """ManiSkill brings SAPIEN 3.0.0b1: reinstalling it must be followed by SAPIEN 3.0.3 again."""
+    commands = installer.pip_plan(MIKASA, versions_meeting("mikasa", mani_skill=None))
+    assert len(commands) == 2
+    assert "mani_skill==3.0.0b15" in commands[0].argv and "sapien==3.0.3" in commands[1].argv
+
+
+def test_an_existing_torch_build_is_kept_and_a_missing_one_is_installed() -> None:
+    assert installer.pip_plan(MIKASA, versions_meeting("mikasa", torch="2.5.1+cu124")) == []
+    commands = installer.pip_plan(MIKASA, versions_meeting("mikasa", torch=None))
+    assert len(commands) == 3 and commands[0].argv[-1] == "torch==2.13.0"
+
+
+def test_libero_installs_its_shipped_requirements_hash_checked() -> None:
+    command = installer.pip_plan(LIBERO, versions_meeting("libero", mujoco="3.3.0"))[0]
+    assert command.argv[-4:-1] == ("--no-deps", "--require-hashes", "-r")
+    shipped = command.argv[-1]
+    assert shipped.endswith("libero-requirements.txt")
+    assert "mujoco==3.2.3 --hash=sha256:" in Path(shipped).read_text(encoding="utf-8")
+
+
+# -- the system plan --------------------------------------------------------------------------
+
+
+def test_system_packages_on_debian_12_come_from_backports_added_once() -> None:
+    commands = installer.system_plan(MIKASA, installer.Debian("bookworm", versions={}, is_root=True))
+    assert [c.argv[0] for c in commands] == ["tee", "env", "env"]
+    assert commands[0].stdin == installer.BACKPORTS_ENTRY
+    assert commands[2].argv[-5:] == ("-qq", "-t", "bookworm-backports", "mesa-vulkan-drivers", "libvulkan1")
+    configured = installer.system_plan(MIKASA, installer.Debian("bookworm", backports_configured=True, is_root=False))
+    assert [c.argv[:2] for c in configured] == [("sudo", "env"), ("sudo", "env")]
+
+
+def test_no_system_packages_when_present_or_on_a_gpu_machine() -> None:
+    assert installer.system_plan(MIKASA, installer.Debian("bookworm", versions=MESA_25)) == []
+    assert installer.system_plan(MIKASA, installer.Debian("trixie", has_gpu=True)) == []
+    old_mesa = {**MESA_25, "mesa-vulkan-drivers": "22.3.6-1+deb12u1"}
+    assert installer.system_plan(MIKASA, installer.Debian("bookworm", versions=old_mesa, backports_configured=True))
+    # MuJoCo renders through Mesa's EGL even beside a GPU, so LIBERO's packages are not skipped.
+    assert installer.system_plan(LIBERO, installer.Debian("trixie", has_gpu=True))
+
+
+def test_without_system_deps_the_plan_never_touches_the_system(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(installer, "read_debian", lambda: pytest.fail("read the system without --system-deps"))
+    monkeypatch.setattr(installer, "installed_version", lambda name: None)
+    commands = plan(argparse.Namespace(stack="mikasa", system_deps=False))
+    assert commands and all(c.argv[1:4] == ("-m", "pip", "install") for c in commands)
+
+
+def test_system_deps_without_apt_is_one_line_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(installer, "read_debian", lambda: None)
+    line = plan(argparse.Namespace(stack="libero", system_deps=True))
+    assert isinstance(line, str) and "libegl1" in line and "\n" not in line
+
+
+# -- the check --------------------------------------------------------------------------------
+
+
+def test_a_wrong_version_is_one_line_naming_the_fix() -> None:
+    lines = installer.version_problems(MIKASA, versions_meeting("mikasa", sapien="3.0.0b1"))
+    assert lines == ["sapien 3.0.0b1 is installed, the stack needs sapien==3.0.3: run `vlaeval install mikasa`"]
+
+
+def test_an_unsupported_python_is_refused_before_anything_runs() -> None:
+    assert installer.python_problem(MIKASA, (3, 11)) is None
+    problem = installer.python_problem(MIKASA, (3, 12))
+    assert problem and "3.10 to 3.11" in problem
+
+
+def test_a_module_that_fails_to_import_is_named() -> None:
+    broken = dataclasses.replace(LIBERO, imports=("json", "no_such_module_here"))
+    assert installer.import_problems(broken) == [
+        "cannot import no_such_module_here: ModuleNotFoundError: No module named 'no_such_module_here': "
+        "run `vlaeval install libero`"
+    ]
+
+
+@pytest.mark.mikasa
+def test_install_mikasa_check_in_this_interpreter() -> None:
+    result = vlaeval("install", "mikasa", "--check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "mikasa is ready" in result.stdout
+    assert "PROBLEM" not in result.stdout
+
+
+# -- optional extras ---------------------------------------------------------------------------
+
+
+def test_video_without_opencv_is_refused_before_any_episode(
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "cv2", None)
+    result = fake.runpytest(*SHORT, "--vla-video=failed")
+    assert_one_line_usage_error(result, "pip install 'pytest-vlaeval[video]'")
