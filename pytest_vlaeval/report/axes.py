@@ -1,18 +1,19 @@
-"""The axes a run's tasks are grouped by, in one place: the task field, its label, and the
-summary's group SRs and intervals along it. A benchmark names its groups through these fields
-(MIKASA: split and memory type; LIBERO: the suite is the split)."""
+"""The axes a run's tasks are grouped by, as its ``summary.json`` lists them (the benchmark file
+declares them: MIKASA's split and memory type, LIBERO's suite): the task field, its label, and
+the summary's group SRs and intervals along it. Every reader of groups reads them from here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from pytest_vlaeval.results.schema import Summary
+from pytest_vlaeval.spec import SPLIT_AXIS
 
 
 @dataclass(frozen=True)
 class Axis:
     field: str
-    """The ``TaskResult`` field holding a task's value along this axis."""
+    """The ``TaskResult`` field holding a task's group along this axis."""
     label: str
     rates: str
     """The ``Summary`` field with the group SRs along this axis."""
@@ -20,12 +21,20 @@ class Axis:
 
     def groups(self, summary: Summary) -> list[tuple[str, float, list[float]]]:
         """``(group, SR, 95% interval)`` for every group the run has results for."""
-        rates: dict[str, float] = summary[self.rates]  # type: ignore[literal-required]
-        intervals: dict[str, list[float]] = summary[self.intervals]  # type: ignore[literal-required]
+        rates: dict[str, float] = summary.get(self.rates, {})  # type: ignore[assignment]
+        intervals: dict[str, list[float]] = summary.get(self.intervals, {})  # type: ignore[assignment]
         return [(name, sr, intervals[name]) for name, sr in rates.items()]
 
 
-GROUP_AXES = (
-    Axis("split", "split", "sr_per_split", "sr_per_split_ci95"),
-    Axis("memory_type", "memory type", "sr_per_memory_type", "sr_per_memory_type_ci95"),
-)
+def summary_axes(summary: Summary) -> tuple[Axis, ...]:
+    """The run's axes, the split's first; a summary that lists none (a reference runner's) has
+    the split's."""
+    entries = summary.get("axes") or [
+        {
+            "field": SPLIT_AXIS.field,
+            "label": SPLIT_AXIS.label,
+            "summary": SPLIT_AXIS.summary,
+            "intervals": SPLIT_AXIS.intervals,
+        }
+    ]
+    return tuple(Axis(e["field"], e["label"], e["summary"], e["intervals"]) for e in entries)
