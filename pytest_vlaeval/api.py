@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from pytest_vlaeval.policy.loading import LocalPolicy
-from pytest_vlaeval.report.axes import summary_axes
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results import schema
 from pytest_vlaeval.results.rundir import RunDir
 
@@ -77,7 +77,7 @@ class Summary:
             sr_split=body["sr_split"],
             sr_split_ci95=body["sr_split_ci95"],
             per_task_sr=body["per_task_sr"],
-            sr_per_axis={axis.field: {g: sr for g, sr, _ in axis.groups(body)} for axis in summary_axes(body)},
+            sr_per_axis={axis.field: {g: sr for g, sr, _ in group_rates(axis, body)} for axis in summary_axes(body)},
             n_expected=body["n_expected"],
             n_completed=body["n_completed"],
             n_errors=body["n_errors"],

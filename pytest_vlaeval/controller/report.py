@@ -19,7 +19,7 @@ from pytest_vlaeval.context import RunContext
 from pytest_vlaeval.gate.fixed import GateResult
 from pytest_vlaeval.gate.sequential_gate import SequentialGate
 from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED
-from pytest_vlaeval.report.axes import summary_axes
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
@@ -148,7 +148,7 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     rates.add_column("success rate (mean of per-task SRs)", no_wrap=True)
     rates.add_column("SR [95% CI, seeds as clusters]", justify="right")
     for axis in axes:
-        for group, sr, bounds in axis.groups(summary):
+        for group, sr, bounds in group_rates(axis, summary):
             rates.add_row(f"{axis.label} {group}", f"{_pct(sr)} {_interval(bounds)}")
     console.print(rates)
     return buffer.getvalue()
@@ -233,7 +233,7 @@ def markdown_report(
     lines += [
         f"| {axis.label} {group} | {_pct(sr)} | {_interval(bounds)} |"
         for axis in axes
-        for group, sr, bounds in axis.groups(summary)
+        for group, sr, bounds in group_rates(axis, summary)
     ]
     lines += [
         "",

@@ -15,7 +15,7 @@ from typing import Any
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.stats import task_outcomes
-from pytest_vlaeval.report.axes import summary_axes
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.report.page import filters, interval, page, pct, sr_bar
 from pytest_vlaeval.results.chart import NOT_EVALUATED
 from pytest_vlaeval.results.rundir import RunDir
@@ -52,7 +52,7 @@ def headline_table(summary: Summary, policy: str) -> str:
         *(
             (f"{axis.label} {name}", f"{pct(sr)} {interval(bounds)}")
             for axis in summary_axes(summary)
-            for name, sr, bounds in axis.groups(summary)
+            for name, sr, bounds in group_rates(axis, summary)
         ),
         (
             "episodes",
@@ -121,7 +121,7 @@ def _groups(summary: Summary) -> str:
         f'<td>{escape(name)}</td><td class="num" data-value="{sr}">{pct(sr)}</td>'
         f'<td data-value="{bounds[0]}">{sr_bar(sr, bounds)} {interval(bounds)}</td></tr>'
         for axis in summary_axes(summary)
-        for name, sr, bounds in axis.groups(summary)
+        for name, sr, bounds in group_rates(axis, summary)
     ]
     if not rows:
         return ""
@@ -139,7 +139,7 @@ def _tasks(summary: Summary, per_task: list[TaskResult]) -> str:
     rows = []
     for env_id in [*by_id, *summary["tasks_without_results"]]:
         result = by_id.get(env_id)
-        groups = "".join(f' data-{a.field}="{escape(str(result[a.field]))}"' for a in group_axes if result)
+        data = "".join(f' data-{a.field}="{escape(str(result[a.field]))}"' for a in group_axes if result)
         if result is None:
             rows.append(
                 f'<tr class="not-evaluated" data-name="{escape(env_id)}" data-outcome="{NOT_EVALUATED}">'
@@ -150,7 +150,7 @@ def _tasks(summary: Summary, per_task: list[TaskResult]) -> str:
             continue
         cells = "".join(f"<td>{escape(str(result[a.field]))}</td>" for a in group_axes)
         rows.append(
-            f'<tr data-name="{escape(env_id)}"{groups} data-outcome="{task_outcome(result)}">'
+            f'<tr data-name="{escape(env_id)}"{data} data-outcome="{task_outcome(result)}">'
             f'<td><a href="#task-{escape(env_id)}">{escape(env_id)}</a></td>{cells}'
             f'<td class="num" data-value="{result["n_episodes"]}">{result["n_episodes"]}/{result["n_expected"]}</td>'
             f'<td class="num" data-value="{result["sr"]}">{pct(result["sr"])}</td>'

@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.report.axes import summary_axes
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
 NOT_EVALUATED = "not evaluated"
@@ -40,14 +40,14 @@ def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
 
     axes = summary_axes(summary)
     split_axis, finest = axes[0], axes[-1]
-    groups = finest.groups(summary)
+    bars = group_rates(finest, summary)
     missing = summary["tasks_without_results"]
     height = max(3.0, 0.22 * (len(per_task) + len(missing)) + 1.2)
     figure, (left, right) = plt.subplots(
         1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [1, 1.6]}, constrained_layout=True
     )
-    _bars(left, [g for g, _, _ in groups], [sr for _, sr, _ in groups], [b for _, _, b in groups], "#4c72b0")
-    split_note = ", ".join(f"{g} {100 * sr:.1f}%" for g, sr, _ in split_axis.groups(summary))
+    _bars(left, [g for g, _, _ in bars], [sr for _, sr, _ in bars], [b for _, _, b in bars], "#4c72b0")
+    split_note = ", ".join(f"{g} {100 * sr:.1f}%" for g, sr, _ in group_rates(split_axis, summary))
     note = f" ({split_axis.label} SR: {split_note})" if finest != split_axis else ""
     left.set_title(f"per {finest.label}{note}", fontsize=10)
     _bars(
