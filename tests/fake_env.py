@@ -20,6 +20,7 @@ BUILDS: list[str] = []
 class FakeEnv:
     def __init__(self, task, benchmark, render_request):
         self.task = task
+        self.reset_options = benchmark.env.reset_options
         self.max_episode_steps = task.max_steps
         self.render_backend = "none"
         self._last_action = None
@@ -27,6 +28,8 @@ class FakeEnv:
         self._seed = 0
 
     def reset(self, *, seed, options):
+        if options != self.reset_options:
+            raise ValueError(f"reset options {options} are not the benchmark's {self.reset_options}")
         if self._last_action is not None:
             self._last_action[...] = 0  # the in-place zeroing trap
         self._seed = seed

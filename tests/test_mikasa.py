@@ -75,6 +75,8 @@ def test_xdist_session_writes_canonical_json(parallel: tuple[subprocess.Complete
     summary = read_json(run_dir / "summary.json")
     srs = [read_json(run_dir / f"{t}.json")["sr"] for t in TASKS]
     assert summary["sr_split"] == sum(srs) / 2
+    memory_types = {read_json(run_dir / f"{t}.json")["memory_type"] for t in TASKS}
+    assert set(summary["sr_per_memory_type"]) == set(summary["sr_per_memory_type_ci95"]) == memory_types
     assert summary["tasks"] == list(TASKS) and summary["n_completed"] == 4
     workers = {r["worker"] for r in episode_records(run_dir).values() if r["task"] in TASKS}
     assert workers <= {"gw0", "gw1"} and workers

@@ -120,6 +120,21 @@ def test_outcomes_records_and_canonical_json(fake: pytest.Pytester) -> None:
     )
 
 
+def test_a_benchmark_without_axes_of_its_own_groups_by_split_only(fake: pytest.Pytester) -> None:
+    """No generic output names a memory type the benchmark file does not declare."""
+    text = (fake.path / "fake.yaml").read_text()
+    text = re.sub(r"\n  - \{field: memory_type[^\n]*", "", text)
+    fake.makefile(".yaml", fake=re.sub(r", memory_type: \w+", "", text))
+    result = fake.runpytest(*SHORT, "-m", "short")
+    directory = run_dir(fake)
+    summary, alpha = read_json(directory / "summary.json"), read_json(directory / "Alpha-v0.json")
+    assert "memory_type" not in alpha and alpha["split"] == "Short"
+    assert [a["field"] for a in summary["axes"]] == ["split"] and "sr_per_memory_type" not in summary
+    assert set(summary["sr_per_split"]) == {"Short"} and "sr_per_memory_type_ci95" not in summary["ci95_methods"]
+    assert "memory" not in result.stdout.str() and "memory" not in (directory / "report.html").read_text()
+    assert (directory / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_zero_policy_fails_every_episode(fake: pytest.Pytester) -> None:
     result = fake.runpytest(*SHORT, "--policy=zero")
     result.assert_outcomes(failed=6)

@@ -46,7 +46,8 @@ def test_mikasa_splits_match_the_protocol(arg: str, name: str, split: str, n_tas
 
 def test_mikasa_table_counts_and_seed_rule() -> None:
     benchmark, _ = resolve_benchmark("mikasa")
-    counts = {m: sum(t.memory_type == m for t in benchmark.tasks) for m in benchmark.memory_types}
+    memory = next(axis for axis in benchmark.axes if axis.field == "memory_type")
+    counts = {m: sum(t.group(memory) == m for t in benchmark.tasks) for m in benchmark.groups(memory)}
     assert counts == {
         "Spatial": 14, "Object": 18, "Capacity": 12, "Sequential": 6, "Tracking": 4, "Negative": 9,
         "Checklist": 4, "Temporal": 12, "Prospective": 5, "Procedural": 6,
@@ -158,6 +159,57 @@ def test_split_sr_is_the_mean_of_task_srs_and_errors_are_not_failures(tmp_path: 
     assert body["sr_split"] == pytest.approx((1 / 3 + 1.0) / 2)  # pooled would be 2/4
     assert (body["n_completed"], body["n_errors"], body["n_missing"], body["partial"]) == (4, 1, 3, True)
     assert body["errored_episodes"] == [{"task": "Alpha-v0", "seed": 103, "message": ""}]
+
+
+def test_libero_groups_by_its_suite_only_and_mikasa_keeps_the_reference_keys(tmp_path: Path) -> None:
+    """LIBERO's summary has its suites under sr_per_split and no memory type; MIKASA's has both
+    of the reference runner's groupings, and each task's memory type."""
+    keys = {}
+    for name, env_id in (
+        ("libero", "KITCHEN_SCENE1_put_the_black_bowl_on_the_plate"),
+        ("mikasa", "RememberColor3-VLA-v0"),
+    ):
+        benchmark, _ = resolve_benchmark(name)
+        selection = select(benchmark, "all", env_ids=[env_id], episodes=1)
+        latest = LatestRecords(RunDir(tmp_path / name))
+        latest.add(record(env_id, benchmark.start_seed, "success"))
+        body, (result,) = summary(selection, latest, interrupted=False)
+        keys[name] = {k for k in body if k.startswith("sr_per_")}, result
+    libero_keys, libero_task = keys["libero"]
+    assert libero_keys == {"sr_per_split", "sr_per_split_ci95"} and "memory_type" not in libero_task
+    assert libero_task["split"] == "90"
+    mikasa_keys, mikasa_task = keys["mikasa"]
+    assert mikasa_keys == {"sr_per_split", "sr_per_split_ci95", "sr_per_memory_type", "sr_per_memory_type_ci95"}
+    assert (mikasa_task["split"], mikasa_task["memory_type"]) == ("Short", "Object")
+
+
+def test_reset_options_come_from_the_benchmark_file() -> None:
+    assert resolve_benchmark("mikasa")[0].env.reset_options == {"reconfigure": True}
+    assert resolve_benchmark("libero")[0].env.reset_options == {}
+    assert resolve_benchmark(str(HERE / "fake.yaml"))[0].env.reset_options == {"fresh_scene": True}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("memory_type: Object", "memory_typo: Object"),
+            r"task Alpha-v0 has fields \['memory_typo'\] that are neither",
+        ),
+        (("summary: sr_per_memory_type}", "}"), "axis 'memory_type' needs a summary key"),
+        (("summary: sr_per_memory_type}", "summary: sr_per_split}"), "two axes share a field or a summary key"),
+        (
+            ("{field: split, label: split,", "{field: split, summary: sr_by_split,"),
+            "the split axis's summary key is sr_per_split",
+        ),
+        (("{field: memory_type,", "{field: max_steps,"), "axis field 'max_steps' is a task field"),
+    ],
+)
+def test_a_bad_axis_or_task_field_is_one_spec_error(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    path = tmp_path / "bench.yaml"
+    path.write_text((HERE / "fake.yaml").read_text().replace(*edit, 1))
+    with pytest.raises(SpecError, match=message):
+        resolve_benchmark(str(path))
 
 
 def test_task_result_orders_episodes_by_seed() -> None:

@@ -19,6 +19,7 @@ from pytest_vlaeval.context import RunContext
 from pytest_vlaeval.gate.fixed import GateResult
 from pytest_vlaeval.gate.sequential_gate import SequentialGate
 from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
@@ -121,11 +122,11 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     width = max(shutil.get_terminal_size().columns, 120)  # the terminal's width, as pytest's own writer sees it
     console = Console(file=buffer, width=width, force_terminal=tr.hasmarkup, highlight=False)
 
+    axes = summary_axes(summary)
     tasks = Table(show_edge=False)
     for column, justify in (
         ("task", "left"),
-        ("split", "left"),
-        ("memory", "left"),
+        *((axis.label, "left") for axis in axes),
         ("episodes", "right"),
         ("SR [Wilson 95% CI]", "right"),
         ("mean return", "right"),
@@ -135,8 +136,7 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     for result in per_task:
         tasks.add_row(
             result["env_id"],
-            result["split"],
-            result["memory_type"],
+            *(str(result[axis.field]) for axis in axes),  # type: ignore[literal-required]
             f"{result['n_episodes']}/{result['n_expected']}",
             f"{_pct(result['sr'])} {_interval(result['sr_ci95'])}",
             f"{result['mean_return']:.3f}",
@@ -147,12 +147,9 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     rates = Table(show_edge=False)
     rates.add_column("success rate (mean of per-task SRs)", no_wrap=True)
     rates.add_column("SR [95% CI, seeds as clusters]", justify="right")
-    for split, sr in summary["sr_per_split"].items():
-        rates.add_row(f"split {split}", f"{_pct(sr)} {_interval(summary['sr_per_split_ci95'][split])}")
-    for memory_type, sr in summary["sr_per_memory_type"].items():
-        rates.add_row(
-            f"memory {memory_type}", f"{_pct(sr)} {_interval(summary['sr_per_memory_type_ci95'][memory_type])}"
-        )
+    for axis in axes:
+        for group, sr, bounds in group_rates(axis, summary):
+            rates.add_row(f"{axis.label} {group}", f"{_pct(sr)} {_interval(bounds)}")
     console.print(rates)
     return buffer.getvalue()
 
@@ -231,22 +228,20 @@ def markdown_report(
             f"Complete the canonical run with `{gate.resume_command}`.",
             "",
         ]
+    axes = summary_axes(summary)
     lines += ["| group | SR | 95% CI (seeds as clusters) |", "| --- | ---: | --- |"]
     lines += [
-        f"| split {s} | {_pct(sr)} | {_interval(summary['sr_per_split_ci95'][s])} |"
-        for s, sr in summary["sr_per_split"].items()
-    ]
-    lines += [
-        f"| memory {m} | {_pct(sr)} | {_interval(summary['sr_per_memory_type_ci95'][m])} |"
-        for m, sr in summary["sr_per_memory_type"].items()
+        f"| {axis.label} {group} | {_pct(sr)} | {_interval(bounds)} |"
+        for axis in axes
+        for group, sr, bounds in group_rates(axis, summary)
     ]
     lines += [
         "",
-        "| task | split | memory | episodes | SR | Wilson 95% CI | errors |",
-        "| --- | --- | --- | ---: | ---: | --- | ---: |",
+        f"| task | {' | '.join(a.label for a in axes)} | episodes | SR | Wilson 95% CI | errors |",
+        f"| --- | {'--- | ' * len(axes)}---: | ---: | --- | ---: |",
     ]
     lines += [
-        f"| {r['env_id']} | {r['split']} | {r['memory_type']} | {r['n_episodes']}/{r['n_expected']} | {_pct(r['sr'])} | {_interval(r['sr_ci95'])} | {r['n_errors']} |"
+        f"| {r['env_id']} | {' | '.join(str(r[a.field]) for a in axes)} | {r['n_episodes']}/{r['n_expected']} | {_pct(r['sr'])} | {_interval(r['sr_ci95'])} | {r['n_errors']} |"  # type: ignore[literal-required]
         for r in per_task
     ]
     if isinstance(gate, GateResult) and gate.tasks:

@@ -1,4 +1,4 @@
-"""The canonical episode loop (MIKASA-Robo-VLA protocol), independent of any simulator.
+"""The canonical episode loop, independent of any simulator.
 
 The env it drives is a benchmark adapter (see ``envs/mikasa.py``) with plain-Python step results:
 ``reset(seed=, options=) -> (obs, info)``, ``step(action) -> (obs, reward, terminated,
@@ -8,7 +8,7 @@ truncated, info)`` with ``info["success"]`` a bool, ``max_episode_steps`` and ``
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,9 +18,6 @@ from pytest_vlaeval.errors import EnvError, EpisodeError, PolicyError
 from pytest_vlaeval.policy.contract import EpisodeInfo, Policy, as_action_chunk
 
 T = TypeVar("T")
-
-RESET_OPTIONS = {"reconfigure": True}
-"""Rebuild the scene on every reset, so an episode's result never depends on what ran before."""
 
 
 @dataclass(frozen=True)
@@ -39,13 +36,15 @@ def run_episode(
     episode_index: int,
     action_dim: int,
     policy_obs_keys: tuple[str, ...],
+    reset_options: Mapping[str, Any] | None = None,
     on_frame: Callable[[dict[str, Any]], None] | None = None,
 ) -> EpisodeResult:
     """Run one seeded episode and return its success latch, return and length.
 
+    ``reset_options`` are the benchmark's (``env.reset_options`` of its file), given to every reset.
     ``on_frame`` (for videos) sees the observation before every step and after the last one.
     """
-    obs, info = _env_call(env.reset, seed=seed, options=dict(RESET_OPTIONS))
+    obs, info = _env_call(env.reset, seed=seed, options=dict(reset_options or {}))
     max_steps = int(env.max_episode_steps)
     instruction = instruction_text(info.get("language_instruction"))
     episode = EpisodeInfo(

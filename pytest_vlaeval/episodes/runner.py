@@ -73,6 +73,7 @@ class EpisodeRunner:
                         episode_index=episode_index,
                         action_dim=self.selection.benchmark.env.action_dim,
                         policy_obs_keys=self.selection.benchmark.env.policy_obs_keys,
+                        reset_options=self.selection.benchmark.env.reset_options,
                         on_frame=video.capture if video else None,
                     )
                 except EpisodeError as exc:

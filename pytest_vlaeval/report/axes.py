@@ -1,31 +1,24 @@
-"""The axes a run's tasks are grouped by, in one place: the task field, its label, and the
-summary's group SRs and intervals along it. A benchmark names its groups through these fields
-(MIKASA: split and memory type; LIBERO: the suite is the split)."""
+"""The axes a run's tasks are grouped by, as its ``summary.json`` lists them (the benchmark file
+declares them: MIKASA's split and memory type, LIBERO's suite), and the group SRs along each.
+Every reader of groups (reports, chart, compare, ``evaluate``) reads them from here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pytest_vlaeval.results.schema import Summary
+from pytest_vlaeval.spec import SPLIT_AXIS, Axis
 
 
-@dataclass(frozen=True)
-class Axis:
-    field: str
-    """The ``TaskResult`` field holding a task's value along this axis."""
-    label: str
-    rates: str
-    """The ``Summary`` field with the group SRs along this axis."""
-    intervals: str
-
-    def groups(self, summary: Summary) -> list[tuple[str, float, list[float]]]:
-        """``(group, SR, 95% interval)`` for every group the run has results for."""
-        rates: dict[str, float] = summary[self.rates]  # type: ignore[literal-required]
-        intervals: dict[str, list[float]] = summary[self.intervals]  # type: ignore[literal-required]
-        return [(name, sr, intervals[name]) for name, sr in rates.items()]
+def summary_axes(summary: Summary) -> tuple[Axis, ...]:
+    """The run's axes, the split's first; a summary that lists none (a reference runner's) has
+    the split's."""
+    entries = summary.get("axes")
+    if not entries:
+        return (SPLIT_AXIS,)
+    return tuple(Axis(e["field"], e["label"], e["summary"]) for e in entries)
 
 
-GROUP_AXES = (
-    Axis("split", "split", "sr_per_split", "sr_per_split_ci95"),
-    Axis("memory_type", "memory type", "sr_per_memory_type", "sr_per_memory_type_ci95"),
-)
+def group_rates(axis: Axis, summary: Summary) -> list[tuple[str, float, list[float]]]:
+    """``(group, SR, 95% interval)`` along ``axis`` for every group the run has results for."""
+    rates: dict[str, float] = summary.get(axis.summary, {})  # type: ignore[assignment]
+    intervals: dict[str, list[float]] = summary.get(axis.intervals, {})  # type: ignore[assignment]
+    return [(name, sr, intervals[name]) for name, sr in rates.items()]

@@ -17,7 +17,7 @@ from pathlib import Path
 from pytest_vlaeval.gate.fixed import paired_interval
 from pytest_vlaeval.gate.sequential import method_for
 from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
-from pytest_vlaeval.report.axes import GROUP_AXES
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
@@ -115,8 +115,8 @@ def compare(runs: Sequence[str | Path]) -> Comparison:
     if len(set(labels)) < len(labels):
         labels = [str(p) for p in paths]
     rows = [_row(OVERALL, first["selected_split"], loaded, paths, lambda r: True)]
-    for axis in GROUP_AXES:
-        names = dict.fromkeys(name for summary, _ in loaded for name, _, _ in axis.groups(summary))
+    for axis in summary_axes(first):
+        names = dict.fromkeys(name for summary, _ in loaded for name, _, _ in group_rates(axis, summary))
         rows += [
             _row(axis.label, name, loaded, paths, lambda r, f=axis.field, n=name: r[f] == n)  # type: ignore[literal-required]
             for name in names
@@ -161,8 +161,8 @@ def _estimate(axis: str, name: str, summary: Summary, tasks: list[TaskResult]) -
     if axis == OVERALL:
         sr, bounds = summary["sr_split"], summary["sr_split_ci95"]
     else:
-        found = next(a for a in GROUP_AXES if a.label == axis)
-        sr, bounds = next((s, b) for n, s, b in found.groups(summary) if n == name)
+        found = next(a for a in summary_axes(summary) if a.label == axis)
+        sr, bounds = next((s, b) for n, s, b in group_rates(found, summary) if n == name)
     assert sr is not None and bounds is not None
     return Estimate(sr, (bounds[0], bounds[1]))
 

@@ -15,7 +15,7 @@ from typing import Any
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.stats import task_outcomes
-from pytest_vlaeval.report.axes import GROUP_AXES
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.report.page import filters, interval, page, pct, sr_bar
 from pytest_vlaeval.results.chart import NOT_EVALUATED
 from pytest_vlaeval.results.rundir import RunDir
@@ -51,8 +51,8 @@ def headline_table(summary: Summary, policy: str) -> str:
         ("split SR", f"{pct(summary['sr_split'])} {interval(summary['sr_split_ci95'])}"),
         *(
             (f"{axis.label} {name}", f"{pct(sr)} {interval(bounds)}")
-            for axis in GROUP_AXES
-            for name, sr, bounds in axis.groups(summary)
+            for axis in summary_axes(summary)
+            for name, sr, bounds in group_rates(axis, summary)
         ),
         (
             "episodes",
@@ -120,14 +120,14 @@ def _groups(summary: Summary) -> str:
         f'<tr data-name="{escape(name)}" data-axis="{escape(axis.label)}"><td>{escape(axis.label)}</td>'
         f'<td>{escape(name)}</td><td class="num" data-value="{sr}">{pct(sr)}</td>'
         f'<td data-value="{bounds[0]}">{sr_bar(sr, bounds)} {interval(bounds)}</td></tr>'
-        for axis in GROUP_AXES
-        for name, sr, bounds in axis.groups(summary)
+        for axis in summary_axes(summary)
+        for name, sr, bounds in group_rates(axis, summary)
     ]
     if not rows:
         return ""
     return (
         "<h2>Groups</h2>"
-        + filters("groups", [("axis", "axis", [a.label for a in GROUP_AXES])], "filter groups by name")
+        + filters("groups", [("axis", "axis", [a.label for a in summary_axes(summary)])], "filter groups by name")
         + '<table id="groups" class="sortable"><thead><tr><th>axis</th><th>group</th><th>SR</th>'
         "<th>95% interval (seeds as clusters)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     )
@@ -135,21 +135,22 @@ def _groups(summary: Summary) -> str:
 
 def _tasks(summary: Summary, per_task: list[TaskResult]) -> str:
     by_id = {r["env_id"]: r for r in per_task}
+    group_axes = summary_axes(summary)
     rows = []
     for env_id in [*by_id, *summary["tasks_without_results"]]:
         result = by_id.get(env_id)
-        axes = "".join(f' data-{a.field}="{escape(str(result[a.field]))}"' for a in GROUP_AXES if result)
+        data = "".join(f' data-{a.field}="{escape(str(result[a.field]))}"' for a in group_axes if result)
         if result is None:
             rows.append(
                 f'<tr class="not-evaluated" data-name="{escape(env_id)}" data-outcome="{NOT_EVALUATED}">'
-                f'<td>{escape(env_id)}</td>{"<td></td>" * len(GROUP_AXES)}<td class="num" data-value="0">0</td>'
+                f'<td>{escape(env_id)}</td>{"<td></td>" * len(group_axes)}<td class="num" data-value="0">0</td>'
                 f'<td class="num" data-value="-1">{NOT_EVALUATED}</td><td data-value="-1"></td>'
                 f'<td class="num" data-value="-1e9"></td><td class="num">{_errors_of(summary, env_id)}</td></tr>'
             )
             continue
-        cells = "".join(f"<td>{escape(str(result[a.field]))}</td>" for a in GROUP_AXES)
+        cells = "".join(f"<td>{escape(str(result[a.field]))}</td>" for a in group_axes)
         rows.append(
-            f'<tr data-name="{escape(env_id)}"{axes} data-outcome="{task_outcome(result)}">'
+            f'<tr data-name="{escape(env_id)}"{data} data-outcome="{task_outcome(result)}">'
             f'<td><a href="#task-{escape(env_id)}">{escape(env_id)}</a></td>{cells}'
             f'<td class="num" data-value="{result["n_episodes"]}">{result["n_episodes"]}/{result["n_expected"]}</td>'
             f'<td class="num" data-value="{result["sr"]}">{pct(result["sr"])}</td>'
@@ -158,8 +159,8 @@ def _tasks(summary: Summary, per_task: list[TaskResult]) -> str:
             f'<td class="num" data-value="{result["mean_return"]}">{result["mean_return"]:.3f}</td>'
             f'<td class="num">{result["n_errors"] or ""}</td></tr>'
         )
-    fields = [(a.field, a.label, sorted({str(r[a.field]) for r in per_task})) for a in GROUP_AXES]  # type: ignore[literal-required]
-    headers = "".join(f"<th>{escape(a.label)}</th>" for a in GROUP_AXES)
+    fields = [(a.field, a.label, sorted({str(r[a.field]) for r in per_task})) for a in group_axes]  # type: ignore[literal-required]
+    headers = "".join(f"<th>{escape(a.label)}</th>" for a in group_axes)
     return (
         "<h2>Tasks</h2>"
         + filters("tasks", [*fields, ("outcome", "outcome", list(OUTCOMES))], "filter tasks by name")

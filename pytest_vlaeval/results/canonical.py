@@ -18,16 +18,23 @@ from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
 from pytest_vlaeval.results.store import write_json_atomic
-from pytest_vlaeval.spec import Selection, Task
+from pytest_vlaeval.spec import Axis, Selection, Task
 
 CI95_METHODS = {
     "per_task_sr_ci95": "Wilson score interval over the task's seeds",
     "sr_split_ci95": "mean of task SRs; variance with seeds as clusters (tasks share seeds, so they correlate), "
     "Wilson interval at the effective number of independent episodes, t quantile on seeds - 1 degrees of freedom",
-    "sr_per_split_ci95": "as sr_split_ci95",
-    "sr_per_memory_type_ci95": "as sr_split_ci95, over the memory type's tasks",
 }
-"""What each interval in ``summary.json`` is (the formulas: ``stats``)."""
+"""What each interval in ``summary.json`` is (the formulas: ``stats``); the axes' are added per benchmark."""
+
+
+def ci95_methods(axes: tuple[Axis, ...]) -> dict[str, str]:
+    """The interval methods of a benchmark's summary: the fixed ones, then one per axis."""
+    along = {
+        a.intervals: "as sr_split_ci95" if a == axes[0] else f"as sr_split_ci95, over the {a.label}'s tasks"
+        for a in axes
+    }
+    return {**CI95_METHODS, **along}
 
 
 def _mean(values: list[float]) -> float:
@@ -44,8 +51,7 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
     described = next((r for r in done + errors if r.model is not None), None)
     return {
         "env_id": task.env_id,
-        "split": task.split.title(),
-        "memory_type": task.memory_type,
+        **{axis.field: task.group(axis) for axis in benchmark.axes},  # type: ignore[typeddict-item]
         "start_seed": selection.start_seed,
         "n_episodes": len(done),
         "successes": successes,
@@ -75,8 +81,10 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
     """Summary and per-task results over the run's whole episode universe, from the latest
     attempt of each of its episodes.
 
-    Split SR and memory-type SR are means of per-task SRs (not pooled over episodes), over the
-    tasks that have at least one completed episode; ``partial`` says when that is not all.
+    The SR of a group along any axis (a split, a memory type) is the mean of its per-task SRs
+    (not pooled over episodes), over the tasks that have at least one completed episode;
+    ``partial`` says when that is not all. The split's groups keep the tasks' order, every other
+    axis's are sorted by name.
     """
     universe = selection.episode_ids
     records = {key: latest[key] for key in universe if key in latest}
@@ -89,11 +97,8 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         if any(r.completed for r in by_task[task.env_id])
     ]
     per_task_sr = {r["env_id"]: r["sr"] for r in per_task}
-    by_memory: dict[str, list[TaskResult]] = defaultdict(list)
-    by_split: dict[str, list[TaskResult]] = defaultdict(list)
-    for result in per_task:
-        by_memory[result["memory_type"]].append(result)
-        by_split[result["split"]].append(result)
+    axes = selection.benchmark.axes
+    by_axis = {axis: _grouped(axis, per_task, by_name=axis != axes[0]) for axis in axes}
     completed = [r for r in records.values() if r.completed]
     errored = [r for r in records.values() if not r.completed]
     n_missing = len(universe) - len(records)
@@ -105,7 +110,6 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
     body: Summary = {
         "split": splits.pop() if len(splits) == 1 else "Custom",
         "sr_split": group_sr(per_task_sr.values()) if per_task else None,
-        "sr_per_memory_type": {m: group_sr(r["sr"] for r in group) for m, group in sorted(by_memory.items())},
         "tasks": list(per_task_sr),
         "per_task_sr": per_task_sr,
         "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
@@ -115,11 +119,11 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         "benchmark_commit": selection.benchmark.benchmark_commit,
         "selected_split": selection.split,
         "sr_split_ci95": _group_interval(per_task) if per_task else None,
-        "sr_per_split": {s: group_sr(r["sr"] for r in group) for s, group in by_split.items()},
-        "sr_per_split_ci95": {s: _group_interval(group) for s, group in by_split.items()},
-        "sr_per_memory_type_ci95": {m: _group_interval(group) for m, group in sorted(by_memory.items())},
+        **{a.summary: {g: group_sr(r["sr"] for r in group) for g, group in by_axis[a].items()} for a in axes},  # type: ignore[typeddict-item]
+        **{a.intervals: {g: _group_interval(group) for g, group in by_axis[a].items()} for a in axes},  # type: ignore[typeddict-item]
+        "axes": [{"field": a.field, "label": a.label, "summary": a.summary, "intervals": a.intervals} for a in axes],
         "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
-        "ci95_methods": CI95_METHODS,
+        "ci95_methods": ci95_methods(axes),
         "start_seed": selection.start_seed,
         "n_episodes_per_task": selection.episodes,
         "canonical_protocol": selection.is_canonical,
@@ -142,6 +146,14 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     return body, per_task
+
+
+def _grouped(axis: Axis, per_task: list[TaskResult], *, by_name: bool) -> dict[str, list[TaskResult]]:
+    """The task results by their group along ``axis``; sorted by group name when ``by_name``."""
+    groups: dict[str, list[TaskResult]] = defaultdict(list)
+    for result in per_task:
+        groups[result[axis.field]].append(result)  # type: ignore[literal-required]
+    return dict(sorted(groups.items())) if by_name else dict(groups)
 
 
 def _group_interval(results: list[TaskResult]) -> list[float]:

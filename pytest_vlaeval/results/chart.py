@@ -1,4 +1,5 @@
-"""``summary.png`` beside ``summary.json``: per-memory-type and per-task SR with 95% intervals;
+"""``summary.png`` beside ``summary.json``: per-group SR along the benchmark's finest axis (MIKASA:
+memory type; LIBERO: suite) and per-task SR, with 95% intervals;
 every task of the selection is drawn, those without a completed episode marked "not evaluated"
 so a partial picture never looks complete."""
 
@@ -8,6 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
 NOT_EVALUATED = "not evaluated"
@@ -36,15 +38,18 @@ def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    memory = summary["sr_per_memory_type"]
+    axes = summary_axes(summary)
+    split_axis, finest = axes[0], axes[-1]
+    bars = group_rates(finest, summary)
     missing = summary["tasks_without_results"]
     height = max(3.0, 0.22 * (len(per_task) + len(missing)) + 1.2)
     figure, (left, right) = plt.subplots(
         1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [1, 1.6]}, constrained_layout=True
     )
-    _bars(left, list(memory), list(memory.values()), [summary["sr_per_memory_type_ci95"][m] for m in memory], "#4c72b0")
-    split_note = ", ".join(f"{s} {100 * sr:.1f}%" for s, sr in summary["sr_per_split"].items())
-    left.set_title(f"per memory type (split SR: {split_note})", fontsize=10)
+    _bars(left, [g for g, _, _ in bars], [sr for _, sr, _ in bars], [b for _, _, b in bars], "#4c72b0")
+    split_note = ", ".join(f"{g} {100 * sr:.1f}%" for g, sr, _ in group_rates(split_axis, summary))
+    note = f" ({split_axis.label} SR: {split_note})" if finest != split_axis else ""
+    left.set_title(f"per {finest.label}{note}", fontsize=10)
     _bars(
         right,
         [r["env_id"] for r in per_task] + [f"{env_id} ({NOT_EVALUATED})" for env_id in missing],

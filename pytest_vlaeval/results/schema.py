@@ -4,6 +4,11 @@
 The field names are the benchmark reference runner's; the fields under "additions" are ours.
 A baseline written by the reference runner has the reference fields only, hence ``total=False``
 on what a reader of a baseline may miss.
+
+A benchmark's axes (``spec.Axis``) add keys of their own: each task's group under the axis's
+field (MIKASA: ``memory_type``), and the group SRs and intervals under the axis's summary key
+(``sr_per_memory_type``, ``sr_per_memory_type_ci95``); ``Summary.axes`` lists them for readers.
+The split's are typed here, as every benchmark has one.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ class ReferenceTaskResult(TypedDict):
 
     env_id: str
     split: str
-    memory_type: str
     start_seed: int
     n_episodes: int
     successes: list[bool]
@@ -60,6 +64,16 @@ class TaskResult(ReferenceTaskResult):
     """Env resets replayed to bring episodes to their canonical state (LIBERO; 0 when run in order)."""
 
 
+class AxisEntry(TypedDict):
+    """One axis in ``summary.json``: the task field, its label, and the summary keys of its group
+    SRs and their intervals."""
+
+    field: str
+    label: str
+    summary: str
+    intervals: str
+
+
 class _SummaryGate(TypedDict, total=False):
     gate: dict[str, Any]
     """The gate's verdict and evidence, once a gate has judged the run."""
@@ -70,7 +84,6 @@ class Summary(_SummaryGate):
 
     split: str
     sr_split: float | None
-    sr_per_memory_type: dict[str, float]
     tasks: list[str]
     per_task_sr: dict[str, float]
     per_task_mean_return: dict[str, float]
@@ -81,7 +94,7 @@ class Summary(_SummaryGate):
     sr_split_ci95: list[float] | None
     sr_per_split: dict[str, float]
     sr_per_split_ci95: dict[str, list[float]]
-    sr_per_memory_type_ci95: dict[str, list[float]]
+    axes: list[AxisEntry]
     per_task_sr_ci95: dict[str, list[float]]
     ci95_methods: dict[str, str]
     start_seed: int
