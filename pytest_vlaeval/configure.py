@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_vlaeval.context import WORKER_PLAN, RunContext
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
+from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _prepare_controller(
         raise pytest.UsageError(str(exc)) from None
     served = None
     if config.getoption("vla_serve"):
-        from pytest_vlaeval.serving.launcher import serve_session
+        from pytest_vlaeval.serving.server.launcher import serve_session
 
         served = serve_session(config, run.policy, run.dir.server_log)
     return gate, served
@@ -184,7 +184,7 @@ def _register_controller(
     latest: LatestRecords,
     gate: FixedGate | SequentialGate | None,
 ) -> None:
-    from pytest_vlaeval.controller.adapter import ResultsController
+    from pytest_vlaeval.controller.plugin import ResultsController
     from pytest_vlaeval.report import pytest_html_extras
 
     controller = ResultsController(run, store, latest, gate)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_vlaeval.context import WORKER_PLAN, RunContext
 from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
@@ -35,6 +34,7 @@ from pytest_vlaeval.results.record import EpisodeRecord, error_record
 from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Canonical
 from pytest_vlaeval.results.store import RunStore
+from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 
 if TYPE_CHECKING:
     from pytest_vlaeval.gate.fixed import GateResult

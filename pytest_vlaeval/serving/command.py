@@ -22,9 +22,9 @@ from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
 from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy, parse_local_policy
-from pytest_vlaeval.serving.connection import ServerConfig
-from pytest_vlaeval.serving.logs import RepeatedLines
-from pytest_vlaeval.serving.server import PolicyServer
+from pytest_vlaeval.serving.server.connection import ServerConfig
+from pytest_vlaeval.serving.server.logs import RepeatedLines
+from pytest_vlaeval.serving.server.policy_server import PolicyServer
 from pytest_vlaeval.serving.transports import PROTOCOLS
 from pytest_vlaeval.serving.url import TOKEN_ENV
 

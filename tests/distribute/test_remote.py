@@ -12,9 +12,7 @@ from pathlib import Path
 
 import execnet.script.socketserver as execnet_socketserver
 import pytest
-from helpers import episode_records, read_json, run_dir
-
-HERE = Path(__file__).parent
+from helpers import TESTS, episode_records, read_json, run_dir
 
 
 def free_port() -> int:
@@ -31,7 +29,7 @@ def socket_hosts(tmp_path: Path) -> Iterator[list[str]]:
         home = tmp_path / name
         home.mkdir()
         for file in ("fake.yaml", "fake_env.py"):
-            (home / file).write_text((HERE / file).read_text())
+            (home / file).write_text((TESTS / file).read_text())
         port = free_port()
         servers.append(
             subprocess.Popen(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import episode_records, read_json
+from helpers import ROOT, TESTS, episode_records, read_json
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
@@ -27,8 +27,6 @@ from pytest_vlaeval.spec import resolve_benchmark, select
 
 pytestmark = pytest.mark.libero
 
-HERE = Path(__file__).parent
-ROOT = HERE.parent
 STEPS = 5
 TASKS = (
     "pick_up_the_black_bowl_between_the_plate_and_the_ramekin_and_place_it_on_the_plate",
@@ -61,7 +59,7 @@ def run_session(directory: Path, benchmark: Path, *args: str) -> tuple[subproces
     """A real pytest session in its own process, with the deterministic policy writing digests."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "digests").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(HERE), "LIBERO_DIGEST_DIR": str(directory / "digests")}
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "LIBERO_DIGEST_DIR": str(directory / "digests")}
     command = [
         sys.executable,
         "-m",

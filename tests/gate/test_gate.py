@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_usage_error, read_json, run_dir
+from helpers import ROOT, TESTS, assert_one_line_usage_error, read_json, run_dir
 
 from pytest_vlaeval.gate.sequential import betting_bounds
 from pytest_vlaeval.gate.stats import (
@@ -357,9 +357,7 @@ def wide(fake: pytest.Pytester) -> pytest.Pytester:
         f"  - {{env_id: {t}, split: wide, memory_type: Object, max_steps: 4, instruction: wide {i}}}\n"
         for i, t in enumerate(WIDE_TASKS)
     )
-    fake.makefile(
-        ".yaml", wide=(Path(__file__).parent / "fake.yaml").read_text().replace("name: fake", "name: wide") + rows
-    )
+    fake.makefile(".yaml", wide=(TESTS / "fake.yaml").read_text().replace("name: fake", "name: wide") + rows)
     return fake
 
 
@@ -441,7 +439,7 @@ def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
     """``scripts/gate_simulation.py --smoke``: the keys the docs' table is built from, and no
     method's wrong-verdict rate far above alpha even in this tiny run."""
     out = tmp_path / "cells.json"
-    script = Path(__file__).parent.parent / "scripts" / "gate_simulation.py"
+    script = ROOT / "scripts" / "gate_simulation.py"
     done = subprocess.run([sys.executable, str(script), "--smoke", "--json", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     cells = json.loads(out.read_text())

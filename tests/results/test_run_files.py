@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_usage_error, read_json, run_dir
+from helpers import TESTS, assert_one_line_usage_error, read_json, run_dir
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results import store
@@ -211,7 +211,7 @@ def test_a_run_past_the_episode_bound_is_refused_saying_what_it_would_cost(fake:
 
 
 def test_the_episode_bound_counts_tasks_times_seeds() -> None:
-    benchmark = load_benchmark(Path(__file__).parent / "fake.yaml")
+    benchmark = load_benchmark(TESTS / "fake.yaml")
     assert len(select(benchmark, "short", episodes=MAX_EPISODES // 2).episode_ids) == MAX_EPISODES
     with pytest.raises(SpecError, match="is 100,002 episodes, more than 100,000 per run"):
         select(benchmark, "short", episodes=MAX_EPISODES // 2 + 1)

@@ -19,7 +19,6 @@ from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
 from pytest_vlaeval.results.subset import shard
 from pytest_vlaeval.spec import resolve_benchmark, select
 
-HERE = Path(__file__).parent
 SHORT = ["--benchmark=fake.yaml:short"]
 
 

@@ -36,13 +36,13 @@ from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.policy.contract import episode_rng
 from pytest_vlaeval.policy.loading import parse_local_policy
-from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving import table as server_module
-from pytest_vlaeval.serving.client import RemotePolicy, RemoteTraceback
-from pytest_vlaeval.serving.connect import connect_policy
-from pytest_vlaeval.serving.launcher import ServerProcess, ServerStartError
-from pytest_vlaeval.serving.server import PolicyServer, ServerConfig
+from pytest_vlaeval.serving.client.connect import connect_policy
+from pytest_vlaeval.serving.client.policies import RemotePolicy, RemoteTraceback
+from pytest_vlaeval.serving.server import table as server_module
+from pytest_vlaeval.serving.server.launcher import ServerProcess, ServerStartError
+from pytest_vlaeval.serving.server.policy_server import PolicyServer, ServerConfig
 from pytest_vlaeval.serving.url import TOKEN_ENV, parse_remote_spec
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 # openpi-client connects the way websockets 17 deprecates; that is its business, not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager:DeprecationWarning")

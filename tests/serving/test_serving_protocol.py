@@ -8,8 +8,8 @@ import pytest
 from openpi_client import msgpack_numpy
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving.url import RemoteSpec, parse_remote_spec
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 
 def test_arrays_scalars_and_plain_values_round_trip_exactly() -> None:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pytest_vlaeval.policy import EpisodeInfo
-from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving.connection import Connection, Refused
-from pytest_vlaeval.serving.table import EpisodeTable
+from pytest_vlaeval.serving.server.connection import Connection, Refused
+from pytest_vlaeval.serving.server.table import EpisodeTable
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 
 def info(seed: int) -> EpisodeInfo:

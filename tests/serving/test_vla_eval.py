@@ -17,7 +17,7 @@ import anyio
 import numpy as np
 import pytest
 from anyio.from_thread import start_blocking_portal
-from helpers import episode_records
+from helpers import TESTS, episode_records
 from spy_policies import EpisodeMemory
 from vla_eval.connection import Connection
 from vla_eval.model_servers.predict import PredictModelServer
@@ -27,11 +27,10 @@ from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo
 from pytest_vlaeval.policy.loading import build_policy, parse_local_policy, parse_policy
-from pytest_vlaeval.serving.server import ServerConfig
-from pytest_vlaeval.serving.thread import ServerThread
-from pytest_vlaeval.serving.vla_eval_protocol import from_wire_observation
+from pytest_vlaeval.serving.server.policy_server import ServerConfig
+from pytest_vlaeval.serving.server.thread import ServerThread
+from pytest_vlaeval.serving.wire.vla_eval import from_wire_observation
 
-HERE = Path(__file__).parent
 FAKE = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "-rA"]
 OPTIONS = "timeout=60&connect_timeout=5"
 
@@ -165,7 +164,7 @@ def test_client_executes_the_same_actions_as_the_in_process_policy(hosted, split
 
 
 def test_fake_benchmark_through_vla_eval_server_equals_in_process_under_xdist(fake: pytest.Pytester, hosted) -> None:
-    fake.makepyfile(spy_policies=(HERE / "spy_policies.py").read_text())
+    fake.makepyfile(spy_policies=(TESTS / "spy_policies.py").read_text())
     server, spec = hosted(False)
     local = fake.runpytest_subprocess(*FAKE, "--policy=spy_policies:EpisodeMemory", "--vla-results=local")
     remote = fake.runpytest_subprocess(*FAKE, f"--policy={spec}", "-n", "2", "--vla-results=remote")
@@ -341,7 +340,7 @@ def test_the_serve_command_speaks_vla_eval(tmp_path: Path) -> None:
 @pytest.mark.mikasa
 def test_a_real_mikasa_episode_through_vla_evals_server_equals_in_process(hosted, tmp_path: Path) -> None:
     server, spec = hosted(True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     args = ["--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1", "-p", "no:cacheprovider"]
 
     def run(policy: str, results: str) -> dict[tuple[str, int], tuple[Any, ...]]:

@@ -3,7 +3,7 @@
 ``ws://`` speaks this package's protocol: each episode is opened on the server (its state reset
 there), stepped, and closed when it ends (or, after an error, when the next one starts).
 ``openpi://`` speaks openpi's protocol, which has no episode boundary; ``vla-eval://`` speaks
-vla-eval's (see ``vla_eval_client.py``). Whatever goes wrong between the evaluation and the
+vla-eval's (see ``vla_eval.py``). Whatever goes wrong between the evaluation and the
 server (unreachable, timeout, dropped connection, refused request) is a ``ServerError``; a fault
 the server reports from the policy itself is a ``PolicyError``. Both make the episode an error,
 never a failure.
@@ -25,9 +25,9 @@ from websockets.sync.client import ClientConnection, connect
 
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy.contract import EpisodeInfo, to_numpy
-from pytest_vlaeval.serving import protocol
 from pytest_vlaeval.serving.process import running, stopped
 from pytest_vlaeval.serving.url import TOKEN_ENV, RemoteSpec
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 from pytest_vlaeval.version import __version__
 
 WIRE_LOG = logging.getLogger("pytest_vlaeval.serving.wire")

@@ -19,10 +19,10 @@ import numpy as np
 
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving import vla_eval_protocol as wire
-from pytest_vlaeval.serving.client import _RemoteBase
-from pytest_vlaeval.serving.protocol import ProtocolError
+from pytest_vlaeval.serving.client.policies import _RemoteBase
 from pytest_vlaeval.serving.url import RemoteSpec
+from pytest_vlaeval.serving.wire import vla_eval as wire
+from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
 from pytest_vlaeval.version import __version__
 
 

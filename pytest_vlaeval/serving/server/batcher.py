@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError
-from pytest_vlaeval.serving.engine import Outcome, ServedEpisode
+from pytest_vlaeval.serving.server.engine import Outcome, ServedEpisode
 
 log = logging.getLogger("pytest_vlaeval.serving")
 

@@ -15,7 +15,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from pytest_vlaeval.serving.engine import Outcome, ServedEpisode
+from pytest_vlaeval.serving.server.engine import Outcome, ServedEpisode
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving.connection import Connection, Refused
+from pytest_vlaeval.serving.server.connection import Connection, Refused
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.serving.core import ServerCore
-    from pytest_vlaeval.serving.engine import Outcome
+    from pytest_vlaeval.serving.server.core import ServerCore
+    from pytest_vlaeval.serving.server.engine import Outcome
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -22,7 +22,7 @@ LOAD_UNIT = "connection"
 """Requests that can wait at once: one per connection (its episode opens with the request)."""
 
 
-async def serve_connection(server: ServerCore, connection: Connection) -> None:
+async def handle_connection(server: ServerCore, connection: Connection) -> None:
     """Greet with the server's metadata, then answer each observation with its actions."""
     await connection.ws.send(protocol.pack({**server.metadata, "protocol": "openpi"}))
     async for frame in connection.ws:

@@ -26,12 +26,12 @@ from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving.batcher import Batcher
-from pytest_vlaeval.serving.connection import Connection, OpenEpisode, ServerConfig
-from pytest_vlaeval.serving.engine import Outcome, PolicyEngine, ServedEpisode
-from pytest_vlaeval.serving.table import EpisodeTable
+from pytest_vlaeval.serving.server.batcher import Batcher
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, ServerConfig
+from pytest_vlaeval.serving.server.engine import Outcome, PolicyEngine, ServedEpisode
+from pytest_vlaeval.serving.server.table import EpisodeTable
 from pytest_vlaeval.serving.transports import BY_PROTOCOL, PROTOCOLS
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
@@ -192,7 +192,7 @@ class PolicyServer:
         connection = Connection(ws)
         self._connections += 1
         try:
-            await self._protocol.serve_connection(self, connection)
+            await self._protocol.handle_connection(self, connection)
         except ConnectionClosed as exc:
             if exc.rcvd is None or exc.rcvd.code != 1000:
                 log.warning("connection from %s closed: %s", ws.remote_address, exc)

@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pytest_vlaeval.policy.contract import EpisodeInfo, episode_rng
-from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving.admission import EpisodeSlots
-from pytest_vlaeval.serving.connection import Connection, OpenEpisode, Refused
-from pytest_vlaeval.serving.engine import Outcome, ServedEpisode
+from pytest_vlaeval.serving.server.admission import EpisodeSlots
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
+from pytest_vlaeval.serving.server.engine import Outcome, ServedEpisode
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 log = logging.getLogger("pytest_vlaeval.serving")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pytest_vlaeval.serving.server import PolicyServer, ServerConfig
+from pytest_vlaeval.serving.server.policy_server import PolicyServer, ServerConfig
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy

@@ -20,13 +20,13 @@ import numpy as np
 
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving import vla_eval_protocol as wire
-from pytest_vlaeval.serving.connection import Connection, OpenEpisode, Refused
-from pytest_vlaeval.serving.protocol import ProtocolError
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
+from pytest_vlaeval.serving.wire import vla_eval as wire
+from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
 from pytest_vlaeval.version import __version__
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.serving.core import ServerCore
+    from pytest_vlaeval.serving.server.core import ServerCore
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -34,7 +34,7 @@ LOAD_UNIT = "episode"
 """Requests that can wait at once: one per open episode (a connection holds at most one)."""
 
 
-async def serve_connection(server: ServerCore, connection: Connection) -> None:
+async def handle_connection(server: ServerCore, connection: Connection) -> None:
     """Answer one harness connection's frames until it closes (the server closes its episode)."""
     session = _HarnessSession(server, connection)  # the harness speaks first: no greeting
     async for frame in connection.ws:

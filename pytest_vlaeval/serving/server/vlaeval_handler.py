@@ -1,4 +1,4 @@
-"""``--protocol vlaeval``: this package's own protocol (``protocol.py``), episodes opened and
+"""``--protocol vlaeval``: this package's own protocol (``wire/vlaeval.py``), episodes opened and
 closed by the client, any number per connection, each act request answered by its chunk."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving import protocol
-from pytest_vlaeval.serving.connection import Connection, OpenEpisode, Refused
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 if TYPE_CHECKING:
     import asyncio
 
-    from pytest_vlaeval.serving.core import ServerCore
-    from pytest_vlaeval.serving.engine import Outcome
+    from pytest_vlaeval.serving.server.core import ServerCore
+    from pytest_vlaeval.serving.server.engine import Outcome
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -23,7 +23,7 @@ LOAD_UNIT = "episode"
 """Requests that can wait at once: one per open episode."""
 
 
-async def serve_connection(server: ServerCore, connection: Connection) -> None:
+async def handle_connection(server: ServerCore, connection: Connection) -> None:
     """Greet with the server's metadata, then answer the connection's frames until it closes."""
     await connection.ws.send(protocol.pack({**server.metadata, "protocol": protocol.PROTOCOL}))
     async for frame in connection.ws:

@@ -27,7 +27,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from pytest_vlaeval.serving.protocol import ProtocolError, unpack_msgpack
+from pytest_vlaeval.serving.wire.vlaeval import ProtocolError, unpack_msgpack
 
 VERSION = 1
 KINDS = ("hello", "observation", "action", "episode_start", "episode_end", "error")
