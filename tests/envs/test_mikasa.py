@@ -230,7 +230,7 @@ def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> 
 
 def test_a_render_backend_that_cannot_work_fails_fast_in_one_line(tmp_path: Path) -> None:
     """Forcing the GPU path: on a machine without CUDA the session stops before any episode."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     forced_gpu = ["--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1", "--vla-render=gpu"]
     check = subprocess.run(

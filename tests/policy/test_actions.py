@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from helpers import episode_records, run_dir
 
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy import as_action_chunk
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off"]
 VALUES = [0.5, -0.25, 1.0, 0.0, -1.0, 0.75, 0.125]  # exact in every float dtype below

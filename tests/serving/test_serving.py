@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import msgpack
 import numpy as np
 import pytest
-import torch
 from openpi_client import msgpack_numpy
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from websockets.asyncio.server import ServerConnection, serve
@@ -739,7 +738,9 @@ def openpi_server() -> Iterator[MiniOpenpiServer]:
     server.close()
 
 
+@pytest.mark.torch
 def test_our_openpi_client_against_an_openpi_style_server(openpi_server: MiniOpenpiServer) -> None:
+    torch = pytest.importorskip("torch")
     with pytest.raises(PolicyError, match=r"does not say how many actions to execute per inference; add \?chunk_size"):
         connect_policy(parse_remote_spec(f"openpi://127.0.0.1:{openpi_server.port}"), 7)
     policy = connect_policy(
