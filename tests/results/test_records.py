@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import read_json, run_dir
 
+from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.latest import LatestRecords
-from pytest_vlaeval.results.merge import main as merge_main
 from pytest_vlaeval.results.record import EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 
@@ -131,6 +131,6 @@ def test_a_run_directory_keeps_its_benchmark_and_merges_without_it(
     assert (a / "benchmark.yaml").read_bytes() == (fake.path / "fake.yaml").read_bytes()
     (fake.path / "fake.yaml").unlink()  # nothing outside the run directories is needed
     out = fake.path / "merged"
-    assert merge_main([str(a), str(b), "--out", str(out)]) == 0, capsys.readouterr().out
+    assert vlaeval(["merge", str(a), str(b), "--out", str(out)]) == 0, capsys.readouterr().out
     assert read_json(out / "summary.json")["n_completed"] == 6
     assert (out / "benchmark.yaml").read_bytes() == (a / "benchmark.yaml").read_bytes()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import TESTS, assert_one_line_usage_error, read_json, run_dir
 
+from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results import store
-from pytest_vlaeval.results.merge import main as merge_main
 from pytest_vlaeval.spec import MAX_EPISODES, load_benchmark, select
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off"]
@@ -191,7 +191,9 @@ def test_a_merge_whose_chart_the_disk_refuses_says_so_and_keeps_the_merged_run(
     (second,) = (fake.path / "shard2").iterdir()
     out = fake.path / "merged"
     chart = full(out / "summary.png")
-    assert merge_main([str(first), str(second), "--out", str(out), "--benchmark", str(fake.path / "fake.yaml")]) == 0
+    assert (
+        vlaeval(["merge", str(first), str(second), "--out", str(out), "--benchmark", str(fake.path / "fake.yaml")]) == 0
+    )
     assert f"not written: no space left on /dev writing {chart}" in capsys.readouterr().out
     assert read_json(out / "summary.json")["n_completed"] == 6 and not chart.exists()
 
