@@ -1,4 +1,4 @@
-"""What a session was asked to do, decided once by ``session`` and read by every plugin it registers."""
+"""What a session was asked to do, decided once by ``configure`` and read by every plugin it registers."""
 
 from __future__ import annotations
 
