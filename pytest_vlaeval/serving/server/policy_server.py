@@ -1,5 +1,5 @@
 """The policy server: its lifecycle, HTTP health and the token gate, connections handed to their
-protocol's handler (``serve_*.py``), the episode table (``table.py``) on the idle reaper's clock.
+protocol's handler (``*_handler.py``), the episode table (``table.py``) on the idle reaper's clock.
 
 One event loop does all network work; every policy call runs on one dedicated thread (see
 ``engine.py``), fed by the batcher (``batcher.py``), so the loop keeps reading frames and
