@@ -162,8 +162,8 @@ def _served(policy: Any, benchmark: str, env: dict[str, str]) -> Any:
         yield policy
         return
     from pytest_vlaeval.errors import SpecError
-    from pytest_vlaeval.serving.server import ServerConfig
-    from pytest_vlaeval.serving.thread import ServerThread
+    from pytest_vlaeval.serving.server.policy_server import ServerConfig
+    from pytest_vlaeval.serving.server.thread import ServerThread
     from pytest_vlaeval.serving.url import TOKEN_ENV
     from pytest_vlaeval.spec import resolve_benchmark
 

@@ -2,11 +2,11 @@
 
 This module is imported by every pytest run in an environment where the package is installed,
 so it imports only pytest, the standard library and ``choices`` (the options' vocabularies, a
-standard-library-only leaf). With ``--benchmark``, ``session`` registers the plugins that do the work:
+standard-library-only leaf). With ``--benchmark``, ``configure`` registers the plugins that do the work:
 
 - ``episodes.collect.BenchmarkCollection``: the benchmark's episodes become the session's items;
 - ``episodes.collect.EpisodeReports``: each episode's record rides on its test report;
-- ``controller.adapter.ResultsController`` (controller process only): records -> store ->
+- ``controller.plugin.ResultsController`` (controller process only): records -> store ->
   canonical JSON, gate, reports.
 """
 
@@ -164,6 +164,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("benchmark"):
         return
-    from pytest_vlaeval.session import start
+    from pytest_vlaeval.configure import start
 
     start(config)

@@ -16,7 +16,7 @@ HERE = Path(__file__).parent
 def pytest_configure(config: pytest.Config) -> None:
     """Tests that drive the simulator in-process see the same third-party noise an evaluation
     filters; filter it the same way."""
-    from pytest_vlaeval.session import THIRD_PARTY_WARNINGS
+    from pytest_vlaeval.configure import THIRD_PARTY_WARNINGS
 
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)

@@ -1,4 +1,4 @@
-"""Helpers to read what a run wrote."""
+"""Helpers to read what a run wrote, and where the suite's own files are."""
 
 from __future__ import annotations
 
@@ -6,6 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).parent
+"""The suite's root folder: the fake benchmark and the shared test modules live here."""
+ROOT = TESTS.parent
+"""The repository."""
 
 
 def run_dir(pytester: pytest.Pytester) -> Path:

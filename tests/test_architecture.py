@@ -116,7 +116,7 @@ def _third_party(imported: set[str]) -> set[str]:
 
 def test_plugin_imports_only_pytest_and_the_standard_library() -> None:
     """pytest imports ``plugin`` in every run where the package is installed: it must stay light.
-    Of the package it reaches the standard-library-only ``choices`` leaf, and ``session`` once
+    Of the package it reaches the standard-library-only ``choices`` leaf, and ``configure`` once
     ``--benchmark`` is given."""
     modules = _modules()
     imported = _imports(f"{NAME}.plugin", modules[f"{NAME}.plugin"])
@@ -126,7 +126,7 @@ def test_plugin_imports_only_pytest_and_the_standard_library() -> None:
         f"{NAME}.choices",
         *(f"{NAME}.choices.{name}" for name in ("LIVE_MODES", "RENDER_BACKENDS", "VIDEO_MODES")),
     }
-    assert ours <= {f"{NAME}.session", f"{NAME}.session.start", *leaves}
+    assert ours <= {f"{NAME}.configure", f"{NAME}.configure.start", *leaves}
     for leaf in (f"{NAME}.choices", f"{NAME}.version"):  # the leaf, and the package's __init__ it runs
         assert {name for name in _imports(leaf, modules[leaf]) if name != "__future__.annotations"} <= {"__future__"}
     init = _imports(NAME, modules[NAME])

@@ -94,7 +94,7 @@ def test_accepted_action_shapes_become_k_by_d(shape: tuple[int, ...]) -> None:
 
 @pytest.mark.torch
 def test_torch_actions_are_accepted_and_copied() -> None:
-    import torch
+    torch = pytest.importorskip("torch")
 
     tensor = torch.ones(2, 7)
     chunk = as_action_chunk(tensor, 7, chunk_size=2)
@@ -328,7 +328,7 @@ def test_software_render_threads_share_the_cores_among_workers(
 
 @pytest.mark.torch
 def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch
+    torch = pytest.importorskip("torch")
 
     assert render.resolve_backend("cpu") == "cpu" and render.resolve_backend("gpu") == "gpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -1,6 +1,6 @@
 """The controller's bookkeeping, without pytest: which episodes this session scheduled, which
 have settled, each record's attempt number, crash retries, and what the session's end makes of
-the episodes that never reported. ``adapter`` feeds it from pytest's hooks."""
+the episodes that never reported. ``controller.plugin`` feeds it from pytest's hooks."""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.context import RunContext
 from pytest_vlaeval.gate.fixed import GateResult
 from pytest_vlaeval.gate.sequential_gate import SequentialGate
 from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED
@@ -24,6 +23,7 @@ from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.rundir import attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.subset import unfinished_shards
+from pytest_vlaeval.run_context import RunContext
 
 NARROWING = (
     "--lf",

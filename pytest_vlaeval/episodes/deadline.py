@@ -9,7 +9,7 @@ Two stages, because a hang inside native code never returns to Python:
    counts;
 2. hard: under xdist, a watchdog thread ends the worker process ``HARD_FACTOR`` times later if
    the soft stage did not take. xdist records the crash as this episode's error (see
-   ``controller/adapter.py``) and starts a fresh worker, which carries on with the remaining episodes.
+   ``controller/plugin.py``) and starts a fresh worker, which carries on with the remaining episodes.
    A serial run has no process to spare: there the watchdog says on stderr what is stuck, once.
 """
 

@@ -114,6 +114,6 @@ def build_policy(spec: PolicySpec, action_dim: int, benchmark: str = "") -> Poli
     """The policy a spec names: a local one, or a client of the server it addresses."""
     if isinstance(spec, (BuiltinPolicy, LocalPolicy)):
         return local_policy(spec, action_dim)
-    from pytest_vlaeval.serving.connect import connect_policy
+    from pytest_vlaeval.serving.client.connect import connect_policy
 
     return connect_policy(spec, action_dim, benchmark)

@@ -14,7 +14,7 @@ from pytest_vlaeval.episodes.collect import RECORD_ATTR
 from pytest_vlaeval.report.html import headline_table
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.controller.adapter import ResultsController
+    from pytest_vlaeval.controller.plugin import ResultsController
 
 
 def wanted(config: pytest.Config) -> bool:

@@ -2,7 +2,7 @@
 
 A run directory's name is derived from benchmark, split, policy (and the selection, when it is
 not the whole canonical split), so a later session with the same arguments finds it: ``--lf``
-and reruns add records to the same run, and the summary always counts all of them (``latest``).
+and reruns add records to the same run, and the summary always counts all of them (``latest.LatestRecords``).
 Each session appends to its own JSON-lines file (flushed and fsynced per episode), so parallel
 writers never interleave and a crash loses no finished episode.
 """

@@ -11,9 +11,9 @@ import importlib
 from typing import Any
 
 _PUBLIC = {
-    "connect_policy": "pytest_vlaeval.serving.connect",
-    "ServerProcess": "pytest_vlaeval.serving.launcher",
-    "from_wire_observation": "pytest_vlaeval.serving.vla_eval_protocol",
+    "connect_policy": "pytest_vlaeval.serving.client.connect",
+    "ServerProcess": "pytest_vlaeval.serving.server.launcher",
+    "from_wire_observation": "pytest_vlaeval.serving.wire.vla_eval",
     "parse_remote_spec": "pytest_vlaeval.serving.url",
 }
 

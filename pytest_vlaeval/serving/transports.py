@@ -2,7 +2,7 @@
 client and its server handler. The URL parser, the client dispatch (``connect``), the server
 and ``vlaeval serve --protocol`` all derive from ``TRANSPORTS``.
 
-A transport is one client module and one handler module (``serve_connection(core, connection)``
+A transport is one client module and one handler module (``handle_connection(core, connection)``
 and ``LOAD_UNIT``, written against ``core.ServerCore``) plus one line here. Clients and
 handlers are named, not imported, so parsing an address loads no network code.
 """
@@ -47,24 +47,24 @@ TRANSPORTS = (
         "vlaeval",
         (*_WAITS, "server_pid"),
         "ws://HOST:PORT",
-        "pytest_vlaeval.serving.client:RemotePolicy",
-        "pytest_vlaeval.serving.serve_vlaeval",
+        "pytest_vlaeval.serving.client.policies:RemotePolicy",
+        "pytest_vlaeval.serving.server.vlaeval_handler",
     ),
     Transport(
         "openpi",
         "openpi",
         (*_WAITS, "chunk_size"),
         "openpi://HOST:PORT[?chunk_size=K]",
-        "pytest_vlaeval.serving.client:OpenpiPolicy",
-        "pytest_vlaeval.serving.serve_openpi",
+        "pytest_vlaeval.serving.client.policies:OpenpiPolicy",
+        "pytest_vlaeval.serving.server.openpi_handler",
     ),
     Transport(
         "vla-eval",
         "vla-eval",
         (*_WAITS, "chunk_size"),
         "vla-eval://HOST:PORT",
-        "pytest_vlaeval.serving.vla_eval_client:VlaEvalPolicy",
-        "pytest_vlaeval.serving.serve_vla_eval",
+        "pytest_vlaeval.serving.client.vla_eval:VlaEvalPolicy",
+        "pytest_vlaeval.serving.server.vla_eval_handler",
     ),
 )
 

@@ -1,0 +1,390 @@
+"""Session wiring for ``--benchmark``: options -> selection -> the plugins that do the work.
+
+Bad input stops here with one line (pytest's usage error), before any episode runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import math
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_vlaeval.envs.preflight import preflight_problem
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
+from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
+from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
+from pytest_vlaeval.spec import Selection, resolve_benchmark, select
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.gate.fixed import FixedGate
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
+    from pytest_vlaeval.policy.loading import LocalPolicy, PolicySpec
+    from pytest_vlaeval.results.latest import LatestRecords
+    from pytest_vlaeval.results.store import RunStore
+
+THIRD_PARTY_WARNINGS = (
+    "ignore:The pynvml package is deprecated:FutureWarning",
+    "ignore:.*to get variables from other wrappers is deprecated:UserWarning",
+    "ignore:diffuse_texture is renamed to base_color_texture:DeprecationWarning",
+)
+"""Warnings the simulator stack emits on every env, which say nothing about the policy."""
+
+
+def start(config: pytest.Config) -> None:
+    """Every process collects the episodes; the controller also checks, stores and reports."""
+    from pytest_vlaeval.results.latest import LatestRecords
+    from pytest_vlaeval.results.store import RunStore
+
+    try:
+        run = _run_context(config)
+        worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
+        if worker_plan is not None:  # the controller chose; every worker runs the same list
+            run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
+        else:
+            store = RunStore(run.run_dir, run.store_label)
+            latest = LatestRecords.read(store.dir)  # read once: it plans this session and feeds the controller
+            run = _plan(run, latest)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    from pytest_vlaeval.episodes.deadline import keep_session_stderr
+
+    keep_session_stderr()
+    _interrupt_on_termination(config)
+    _register_markers(config, run.selection)
+    for noise in THIRD_PARTY_WARNINGS:
+        config.addinivalue_line("filterwarnings", noise)
+    controller = worker_plan is None and not config.option.collectonly
+    gate, served = _prepare_controller(config, run, store) if controller else (None, None)
+    _register_episodes(config, run, _policy_to_run(config, run, served))
+    if controller:
+        _register_controller(config, run, store, latest, gate)
+
+
+TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""How CI runners and batch schedulers stop a job (SIGTERM), and a closed terminal (SIGHUP)."""
+
+
+def _interrupt_on_termination(config: pytest.Config) -> None:
+    """The first termination signal interrupts the session as Ctrl-C does, in the controller
+    and in every worker: finished episodes are kept, the summary says the run is partial and
+    interrupted, and the completion command is printed. A second one ends the process at once.
+    A signal the session was started ignoring (``nohup``) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = {signum: signal.getsignal(signum) for signum in TERMINATION_SIGNALS}
+    handled = [signum for signum, handler in previous.items() if handler is not signal.SIG_IGN]
+
+    def interrupt(signum: int, frame: object) -> None:
+        for each in handled:
+            signal.signal(each, signal.SIG_DFL)
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    for signum in handled:
+        signal.signal(signum, interrupt)
+
+    def restore() -> None:
+        for signum in handled:
+            if previous[signum] is not None:  # None: set outside Python, nothing to restore
+                signal.signal(signum, previous[signum])
+
+    config.add_cleanup(restore)
+
+
+def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpec) -> None:
+    from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
+    from pytest_vlaeval.episodes.runner import EpisodeRunner
+
+    runner = EpisodeRunner(run.selection, policy, run.render, run.timeout, (run.video, run.dir.videos))
+    plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note, run.sequential)
+    config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
+    config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
+
+
+def _policy_to_run(config: pytest.Config, run: RunContext, served_here: str | None) -> PolicySpec:
+    """What this process's episodes build: the run's policy, or under ``--vla-serve`` the session's
+    server (started here, or reaching an xdist worker through its ``workerinput``; none under ``--co``)."""
+    if not config.getoption("vla_serve"):
+        return run.policy
+    from pytest_vlaeval.policy.loading import parse_policy
+    from pytest_vlaeval.serving.url import SERVED_URL_KEY
+
+    served = served_here or getattr(config, "workerinput", {}).get(SERVED_URL_KEY)
+    return parse_policy(served) if served else run.policy
+
+
+def _prepare_controller(
+    config: pytest.Config, run: RunContext, store: RunStore
+) -> tuple[FixedGate | SequentialGate | None, str | None]:
+    """Check, claim the store and start ``--vla-serve``'s server; returns the gate and the server's address."""
+    from pytest_vlaeval.distribute import placement, scheduler
+    from pytest_vlaeval.envs import render
+    from pytest_vlaeval.results.store import fingerprint
+
+    try:
+        gate = _gate(run)
+        if config.getoption("vla_gate_plan"):
+            _print_plan(gate, run)
+        sequential = gate if run.sequential else None
+        placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
+        scheduler.install(config, run.selection, sequential.scheduling() if sequential else None)
+        render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
+        _preflight(run)
+        store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
+        store.claim(fingerprint(run.selection, run.policy.identity, run.render))
+        store.keep_spec(run.selection.benchmark)
+    except (SpecError, ResultsUnwritable) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    served = None
+    if config.getoption("vla_serve"):
+        from pytest_vlaeval.serving.server.launcher import serve_session
+
+        served = serve_session(config, run.policy, run.dir.server_log)
+    return gate, served
+
+
+def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> None:
+    """``--vla-gate-plan``: the seeds the gate needs to decide, then exit before any episode."""
+    from pytest_vlaeval.gate.plan import budget_table
+
+    if gate is None:
+        raise SpecError("--vla-gate-plan plans a gate: add --vla-baseline=DIR or --vla-sequential --vla-min-sr=X")
+    lines = budget_table(gate.design, gate.tasks)
+    print("\n".join(lines), flush=True)
+    pytest.exit(f"--vla-gate-plan: no episode run (this run's budget: --episodes={run.selection.episodes})", 0)
+
+
+def _gate(run: RunContext) -> FixedGate | SequentialGate | None:
+    """The gate this session judges by, its baseline read and checked now, before any episode runs."""
+    from pytest_vlaeval.gate.baseline import load_baseline
+    from pytest_vlaeval.gate.fixed import FixedGate
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate
+
+    selection = run.selection
+    baseline = None
+    if run.baseline is not None:
+        baseline = load_baseline(run.baseline, [t.env_id for t in selection.tasks], selection.seeds)
+    if run.sequential:
+        return SequentialGate.create(run.sequential, selection, run.max_drop, baseline)
+    return FixedGate.create(baseline, selection.seeds, run.max_drop, run.gate_alpha) if baseline else None
+
+
+def _register_controller(
+    config: pytest.Config,
+    run: RunContext,
+    store: RunStore,
+    latest: LatestRecords,
+    gate: FixedGate | SequentialGate | None,
+) -> None:
+    from pytest_vlaeval.controller.plugin import ResultsController
+    from pytest_vlaeval.report import pytest_html_extras
+
+    controller = ResultsController(run, store, latest, gate)
+    config.pluginmanager.register(controller, "vlaeval-controller")
+    if pytest_html_extras.wanted(config):
+        config.pluginmanager.register(pytest_html_extras.PytestHtmlExtras(controller, Path(config.option.htmlpath)))
+    if not config.getoption("vla_failure_details"):
+        from pytest_vlaeval.controller.failures import FailedEpisodeSections
+
+        config.pluginmanager.register(FailedEpisodeSections(), "vlaeval-failure-sections")
+
+
+def _plan(run: RunContext, records: LatestRecords) -> RunContext:
+    """Narrow the universe to this session's episodes: a shard, then what the store says."""
+    from pytest_vlaeval.results.subset import shard, still_to_run
+
+    universe = run.selection.episode_ids
+    chosen = shard(run.selection, *run.shard) if run.shard else universe
+    notes = [f"shard {run.shard[0]}/{run.shard[1]}: {len(chosen)} of {len(universe)} episodes"] if run.shard else []
+    if run.rerun:
+        before = len(chosen)
+        chosen = still_to_run(chosen, records, run.rerun)
+        done = sum(1 for key in universe if key in records)
+        notes.append(
+            f"--vla-rerun={run.rerun}: {len(chosen)} of {before} episodes selected ({done} of {len(universe)} already recorded in {run.run_dir})"
+        )
+    return dataclasses.replace(
+        run, episodes=frozenset(chosen), subset_note="vlaeval: " + "; ".join(notes) if notes else None
+    )
+
+
+def _run_context(config: pytest.Config) -> RunContext:
+    from pytest_vlaeval.results.store import run_dir_name
+
+    _check_numeric_options(config)
+    benchmark, split = resolve_benchmark(config.getoption("benchmark"))
+    tasks = config.getoption("vla_tasks")
+    selection = select(
+        benchmark,
+        split,
+        env_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+        start_seed=config.getoption("vla_start_seed"),
+        episodes=config.getoption("episodes"),
+    )
+    policy = _policy(config)
+    render = config.getoption("vla_render") or config.getini("vla_render")
+    results_root = Path(config.getoption("vla_results") or config.getini("vla_results"))
+    if not results_root.is_absolute():
+        results_root = config.invocation_params.dir / results_root
+    run_name = config.getoption("vla_run_name") or run_dir_name(selection, policy.identity)
+    if run_name in (".", "..") or "/" in run_name or os.sep in run_name:
+        raise SpecError(f"--vla-run-name {run_name!r}: expected a directory name, not a path")
+    rerun = config.getoption("vla_rerun")
+    if rerun is not None and rerun not in RERUN_MODES:
+        raise SpecError(f"--vla-rerun {rerun!r}; valid: {', '.join(RERUN_MODES)}")
+    if config.getoption("vla_resume"):
+        if rerun not in (None, "missing"):
+            raise SpecError(
+                f"--vla-resume runs the episodes with no record; it does not combine with --vla-rerun={rerun}"
+            )
+        rerun = "missing"
+    shard_arg = config.getoption("vla_shard")
+    baseline = config.getoption("vla_baseline")
+    retries = config.getoption("vla_retries")
+    video = config.getoption("vla_video")
+    if video != "none" and importlib.util.find_spec("cv2") is None:
+        raise SpecError(
+            f"--vla-video={video} writes videos with OpenCV, which is not installed: pip install 'pytest-vlaeval[video]'"
+        )
+    run = RunContext(
+        selection,
+        policy,
+        render,
+        results_root / run_name,
+        retries=retries,
+        shard=parse_shard(shard_arg) if shard_arg else None,
+        rerun=rerun,
+        baseline=Path(baseline) if baseline else None,
+        max_drop=config.getoption("vla_max_drop"),
+        gate_alpha=config.getoption("vla_gate_alpha"),
+        undecided_exit=config.getoption("vla_undecided_exit"),
+        timeout=config.getoption("vla_timeout"),
+        video=video,
+        sequential=_sequential(config),
+    )
+    return run
+
+
+def _check_range(
+    name: str, value: float | None, low: float | None = None, high: float | None = None, *, open_ends: str = ""
+) -> None:
+    """Refuse ``value`` outside [low, high] (``open_ends`` "low"/"high"/"both" excludes that bound; a
+    missing bound is unbounded) or not finite; None (option not given) passes."""
+    if value is None:
+        return
+    below = low is not None and (value <= low if open_ends in ("low", "both") else value < low)
+    above = high is not None and (value >= high if open_ends in ("high", "both") else value > high)
+    if below or above or not math.isfinite(value):
+        left = "(" if open_ends in ("low", "both") or low is None else "["
+        right = ")" if open_ends in ("high", "both") or high is None else "]"
+        bounds = f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
+        raise SpecError(f"{name} must be in {bounds}, got {value:g}")
+
+
+def _check_numeric_options(config: pytest.Config) -> None:
+    """Every numeric option, checked before anything runs: one table, one line per bad value
+    (``--episodes`` is checked where the selection is made, ``--vla-shard`` where it is parsed)."""
+    _check_range("--vla-timeout", config.getoption("vla_timeout"), 0, None, open_ends="low")
+    _check_range("--vla-retries", config.getoption("vla_retries"), 0)
+    _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
+    _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
+    _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
+    _check_range("--vla-undecided-exit", config.getoption("vla_undecided_exit"), 0, 255)
+
+
+def _sequential(config: pytest.Config) -> SequentialSettings | None:
+    from pytest_vlaeval.gate.sequential_gate import settings
+
+    return settings(
+        sequential=config.getoption("vla_sequential"),
+        baseline=config.getoption("vla_baseline"),
+        shard=config.getoption("vla_shard"),
+        min_sr=config.getoption("vla_min_sr"),
+        alpha=config.getoption("vla_gate_alpha"),
+        block=config.getoption("vla_block"),
+    )
+
+
+def _policy(config: pytest.Config) -> PolicySpec:
+    """``--vla-serve``'s or ``--policy``'s spec, parsed; a typo'd module is caught before any worker starts."""
+    from pytest_vlaeval.policy.loading import LocalPolicy, parse_local_policy, parse_policy
+
+    served = config.getoption("vla_serve")
+    if served and config.getoption("policy"):
+        raise SpecError("--vla-serve serves the policy it names; it does not combine with --policy")
+    policy = (
+        parse_local_policy(served)
+        if served
+        else parse_policy(config.getoption("policy") or config.getini("vla_policy"))
+    )
+    if isinstance(policy, LocalPolicy):
+        _check_importable(policy)
+    return policy
+
+
+def _check_importable(policy: LocalPolicy) -> None:
+    """Whether the module exists and binds the name, read without importing the user's module."""
+    try:
+        found = importlib.util.find_spec(policy.module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise SpecError(
+            f"--policy {policy.text!r}: module {policy.module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
+        )
+    names = _top_level_names(found.origin)
+    if names is not None and policy.attr not in names:
+        raise SpecError(
+            f"--policy {policy.text!r}: module {policy.module!r} ({found.origin}) defines no {policy.attr!r}"
+        )
+
+
+def _top_level_names(origin: str | None) -> set[str] | None:
+    """The names a Python source file binds at module level, read without running it; None when
+    that cannot be known statically (not a source file, a star import, a module ``__getattr__``)."""
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(origin).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None  # importing it will say what is wrong, in the episode's error
+    names: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue  # their bodies bind names in their own scope
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return None
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return None if "__getattr__" in names else names
+
+
+def _register_markers(config: pytest.Config, selection: Selection) -> None:
+    benchmark = selection.benchmark
+    for split in benchmark.splits:
+        config.addinivalue_line("markers", f"{split}: {benchmark.title} episodes of the {split} split")
+    for axis in benchmark.axes[1:]:
+        for group in benchmark.groups(axis):
+            config.addinivalue_line("markers", f"{group.lower()}: {benchmark.title} episodes of {axis.label} {group}")
+
+
+def _preflight(run: RunContext) -> None:
+    """Check the render backend in a throwaway process, so a broken machine fails in one line."""
+    module = run.selection.benchmark.env.preflight
+    problem = preflight_problem(module, run.render) if module else None
+    if problem:
+        raise pytest.UsageError(f"render backend check failed: {problem}")

@@ -1,0 +1,312 @@
+"""Controller side: records arrive on reports, go to the durable store, and come out as the
+canonical JSON (rewritten as each task completes), the gate verdict and the terminal summary.
+
+Runs only in the controlling process (with xdist, workers report here). Every scheduled
+episode ends up with a record: a worker crash or a harness bug becomes an error record (retried
+with ``--vla-retries``), and an episode that was scheduled but never reported becomes one at
+session end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_vlaeval.controller.intake import Intake
+from pytest_vlaeval.controller.ledger import Ledger
+from pytest_vlaeval.controller.progress import Progress, live_wanted
+from pytest_vlaeval.controller.report import completion_command, render_summary, write_outputs
+from pytest_vlaeval.controller.watch import EpisodeWatch, holder
+from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
+from pytest_vlaeval.episodes.deadline import HARD_FACTOR
+from pytest_vlaeval.episodes.nodeid import parse_nodeid
+from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, ResultsUnwritable, SpecError, WorkerCrash
+from pytest_vlaeval.gate.fixed import FixedGate
+from pytest_vlaeval.gate.sequential_gate import SequentialGate
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
+from pytest_vlaeval.report.html import write_report
+from pytest_vlaeval.results.canonical import summary, write_canonical
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.record import EpisodeRecord, error_record
+from pytest_vlaeval.results.rundir import attempt_write
+from pytest_vlaeval.results.schema import Canonical
+from pytest_vlaeval.results.store import RunStore
+from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.gate.fixed import GateResult
+
+JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+"""Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session
+that selected nothing (``--vla-rerun=errors`` on a complete run) just re-judges the run."""
+
+RERUN_OUTCOME = "rerun"
+"""Outcome given to a crashed attempt that will be retried, so pytest counts it apart."""
+
+
+class ResultsController:
+    """pytest's hooks in, the ledger's bookkeeping and the store's files out."""
+
+    def __init__(
+        self,
+        run: RunContext,
+        store: RunStore,
+        latest: LatestRecords,
+        gate: FixedGate | SequentialGate | None = None,
+    ) -> None:
+        self.run = run
+        self.store = store
+        self.latest = latest
+        self.ledger = Ledger(latest, run.retries)
+        self.intake = Intake(store)
+        self.refused = False
+        self.interrupted = False
+        self.written: Canonical | None = None
+        self.gate: GateResult | SequentialGate | None = None
+        self.chart: Path | None = None
+        self.canonical_unwritten: str | None = None
+        self.report_unwritten: list[str] = []
+        """Why the last write of the canonical files failed (a full disk), None once they are written."""
+        self.unwritten: list[str] = []
+        """A line for each file of the run the disk refused at session end."""
+        self.progress = Progress(None, {}, live=False)  # replaced at session start
+        self.watch: EpisodeWatch | None = None  # started at session start
+        self.sequential = gate if isinstance(gate, SequentialGate) else None
+        self.fixed = gate if isinstance(gate, FixedGate) else None
+        self.session: pytest.Session | None = None
+
+    # -- what was scheduled --------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._schedule(item.nodeid for item in session.items if isinstance(item, EpisodeItem))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._schedule(ids)
+
+    def _schedule(self, nodeids: Iterable[str]) -> None:
+        episodes = ((nodeid, key) for nodeid in nodeids if (key := parse_nodeid(nodeid)) is not None)
+        for task, seed in self.ledger.schedule(episodes):
+            self.progress.schedule(task)
+            if self.sequential:
+                self.sequential.schedule(seed)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Hand every worker the same episode list, chosen once here."""
+        node.workerinput[WORKER_PLAN] = sorted(self.run.episodes)
+
+    # -- who holds what --------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodeready(self, node: Any) -> None:
+        """Note the worker's process, for the watch to end it if it freezes (xdist has the
+        worker's process info at hand: it is asked for once when the worker is set up)."""
+        if self.watch is not None:
+            self.watch.worker_ready(node.gateway.id, node.gateway._rinfo().pid)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        key = self.ledger.scheduled.get(nodeid)
+        if self.watch is None or key is None or self.session is None:
+            return
+        worker = holder(self.session.config, nodeid)
+        if worker is not None:
+            self.watch.started(nodeid, worker, *key)
+
+    # -- what came back --------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """A worker died mid-episode: record the crash, and retry it if retries are left."""
+        if crashitem not in self.ledger.scheduled:
+            return
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        worker_id = getattr(worker, "id", "?")
+        ended = self.watch.ended.get(worker_id) if self.watch is not None else None
+        if self.watch is not None:
+            self.watch.finished(crashitem, completed=False)
+        if ended:
+            message = f"worker {worker_id} stopped answering: {ended}"
+        else:
+            message = f"worker {worker_id} crashed while running this episode"
+            if self.run.timeout:
+                message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
+        self._accept(self._error(crashitem, WorkerCrash(message), worker))
+        if self.ledger.retry_crash(crashitem):
+            report.outcome = RERUN_OUTCOME  # type: ignore[assignment]
+            sched.mark_test_pending(crashitem)
+        else:
+            report.when = "setup"  # the episode could not be evaluated: pytest counts it as an error
+            self._settle(crashitem)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        if report.outcome == RERUN_OUTCOME:
+            return "rerun", "R", ("RERUN", {"yellow": True})
+        return None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown" and self.watch is not None:
+            self.watch.finished(report.nodeid, completed=True)
+        if not self.ledger.expects(report.nodeid):
+            return
+        payload = getattr(report, RECORD_ATTR, None)
+        if payload is not None:
+            for attempt in payload:
+                self._accept(EpisodeRecord.from_dict(attempt))
+            self._settle(report.nodeid)
+        elif report.failed:  # a harness fault before the episode ran (crashes come through handlecrashitem)
+            message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "no result"
+            self._accept(self._error(report.nodeid, HarnessFault(message)))
+            self._settle(report.nodeid)
+
+    def _accept(self, record: EpisodeRecord) -> None:
+        try:
+            self.intake.add(self.ledger.number(record))
+        except SpecError as exc:  # the run's recorded policy is another one
+            self.store.close()
+            self.refused = True
+            pytest.exit(f"refusing to mix episodes into this run: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        except ResultsUnwritable as exc:  # nothing more can be kept: stop, naming the file
+            self.store.close()
+            self.refused = True
+            args = self.session.config.invocation_params.args if self.session is not None else ()
+            pytest.exit(
+                f"{exc}; the episodes stored before it are kept: free space, then run {completion_command(args)}",
+                returncode=pytest.ExitCode.INTERNAL_ERROR,
+            )
+
+    def _settle(self, nodeid: str) -> None:
+        task, seed = self.ledger.scheduled[nodeid]
+        task_done = self.ledger.settle(nodeid)
+        self.progress.settled(self.latest[(task, seed)])
+        if task_done:
+            self.write()
+            assert self.written is not None
+            self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
+        if self.sequential and self.sequential.settle(seed, self.latest) and self.session is not None:
+            self._stop_early(self.session)
+
+    def _stop_early(self, session: pytest.Session) -> None:
+        """The sequential gate's verdict is settled: run nothing more (the affinity scheduler
+        reads ``stopped``; a serial session stops after this episode)."""
+        assert self.sequential is not None
+        self.sequential.stopped = True
+        self.sequential.resume_command = completion_command(session.config.invocation_params.args, resume=True)
+        session.shouldstop = f"{self.sequential.outcome}: the sequential gate's verdict is settled"
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        steps = {t.env_id: t.max_steps for t in self.run.selection.tasks}
+        self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
+        self.progress.start()
+        self.session = session
+        gate = self.fixed or self.sequential
+        if gate is not None and reporter is not None:
+            for line in gate.start_lines():
+                reporter.write_line(line, yellow=line.endswith(UNDECIDED), bold=True)
+        if session.config.pluginmanager.has_plugin("dsession"):  # workers to watch
+            self.watch = EpisodeWatch(
+                self.run.timeout, 1 + self.run.retries, self.progress.notice, self.progress.show_stalled
+            )
+            self.watch.start()
+
+    def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:
+        task, seed = self.ledger.scheduled[nodeid]
+        return error_record(task, seed, error, worker=getattr(worker, "id", "controller"))
+
+    # -- session end -------------------------------------------------------------------------
+
+    def pytest_keyboard_interrupt(self) -> None:
+        self.interrupted = not self._stopped_early  # a gate's early stop reaches pytest as an interruption
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+        self.progress.stop()
+        if self.refused:  # a session refused by the run leaves every file of the run as it found it
+            return
+        self.session = None  # no early stop once the session is ending
+        stopped = self._stopped_early
+        self.interrupted = not stopped and (
+            self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+        )
+        unreported = self.ledger.unreported()
+        if stopped:
+            assert self.sequential is not None
+            self.sequential.saved = len(unreported)  # not needed for the verdict: neither errors nor lost
+        elif not self.interrupted:
+            for nodeid in unreported:
+                self._accept(self._error(nodeid, ResultLost("scheduled but no result arrived from any worker")))
+                self._settle(nodeid)
+        self.intake.release()  # no episode completed to claim the policy; its errors still count
+        if self.sequential is not None:
+            self.gate = self.sequential
+        elif self.fixed is not None:
+            with self.store.locked():
+                self.latest.catch_up(skip=self.store.log_path)
+            _, per_task = self._summary()
+            self.gate = self.fixed.judge(per_task)
+        if self.gate is not None:
+            session.exitstatus = self._gate_exit_status(session.exitstatus, stopped)
+        self.write()
+        if self.canonical_unwritten is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # the run's result was not kept
+        self.store.close()
+        assert self.written is not None
+        self.chart, unwritten = write_outputs(*self.written, self.gate, self.run)
+        self.unwritten = [*filter(None, [self.canonical_unwritten]), *self.report_unwritten, *unwritten]
+
+    @property
+    def _stopped_early(self) -> bool:
+        return self.sequential is not None and self.sequential.stopped
+
+    def _gate_exit_status(self, status: int, stopped: bool) -> int:
+        """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this
+        session errored (an incomplete run never passes), else 0 where the gate judges the run."""
+        assert self.gate is not None
+        if self.gate.outcome == FAIL:
+            return EXIT_GATE_FAILED
+        if self.gate.outcome == UNDECIDED:
+            return self.run.undecided_exit
+        if status not in JUDGED_BY_THE_GATE and not stopped:
+            return status
+        if self.ledger.errored():
+            return pytest.ExitCode.TESTS_FAILED
+        return pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
+
+    def _summary(self) -> Canonical:
+        return summary(self.run.selection, self.latest, interrupted=self.interrupted)
+
+    def write(self) -> None:
+        """Materialise the canonical files from the run's latest records, caught up under the
+        run's lock with what concurrent sessions on the same run appended, so the last writer
+        never overwrites newer files with an older view; with the gate's verdict once there is one."""
+        with self.store.locked():
+            self.latest.catch_up(skip=self.store.log_path)
+            body, per_task = self._summary()
+            if self.gate is not None:
+                body["gate"] = self.gate.as_dict()
+            if not self.intake.held:
+                try:
+                    write_canonical(self.store.dir, body, per_task)
+                    self.canonical_unwritten = None
+                except ResultsUnwritable as exc:
+                    self.canonical_unwritten = str(exc)
+                self.report_unwritten = []
+                html = self.store.dir.report_html
+                attempt_write(
+                    html,
+                    lambda: write_report(self.store.dir, body, per_task, self.run.policy_spec),
+                    self.report_unwritten,
+                )
+        self.written = body, per_task
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        if self.written is None:
+            return
+        args = config.invocation_params.args
+        render_summary(terminalreporter, *self.written, self.run, self.gate, args, self.chart, self.unwritten)

@@ -1,0 +1,55 @@
+"""What a session was asked to do, decided once by ``configure`` and read by every plugin it registers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_vlaeval.results.rundir import RunDir, shard_label
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
+    from pytest_vlaeval.policy.loading import PolicySpec
+    from pytest_vlaeval.spec import Selection
+
+
+@dataclass(frozen=True)
+class RunContext:
+    selection: Selection
+    policy: PolicySpec
+    """What the run evaluates (for ``--vla-serve``, the served policy): its ``identity`` names the run."""
+    render: str
+    run_dir: Path
+    retries: int = 0
+    shard: tuple[int, int] | None = None
+    rerun: str | None = None
+    baseline: Path | None = None
+    max_drop: float = 0.05
+    gate_alpha: float = 0.05
+    undecided_exit: int = 7
+    """Exit status when the gate cannot decide."""
+    timeout: float | None = None
+    video: str = "none"
+    episodes: frozenset[tuple[str, int]] = frozenset()
+    """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
+    subset_note: str | None = None
+    sequential: SequentialSettings | None = None
+    """``--vla-sequential``: seeds in blocks, early stop (``sequential_gate``)."""
+
+    @property
+    def policy_spec(self) -> str:
+        """The run's policy as its reports and fingerprint name it."""
+        return self.policy.identity
+
+    @property
+    def dir(self) -> RunDir:
+        return RunDir(self.run_dir)
+
+    @property
+    def store_label(self) -> str:
+        return shard_label(*self.shard) if self.shard else ""
+
+
+WORKER_PLAN = "vla_plan"
+"""``workerinput`` key: the episode ids the controller chose, so all workers collect the same."""

@@ -1,0 +1,147 @@
+"""``vlaeval serve``: serve one policy to many episodes.
+
+Prints its address (``ws://HOST:PORT``) on standard output once listening, then loads the
+policy; ``/healthz`` answers 200 from then on. Logs go to standard error. SIGINT or SIGTERM
+stop it; so does the end of standard input with ``--stop-on-stdin-eof``, which lets a
+supervising process take the server down with it even if it dies abruptly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pytest_vlaeval.errors import PolicyError, SpecError
+from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy, parse_local_policy
+from pytest_vlaeval.serving.server.connection import ServerConfig
+from pytest_vlaeval.serving.server.logs import RepeatedLines
+from pytest_vlaeval.serving.server.policy_server import PolicyServer
+from pytest_vlaeval.serving.transports import PROTOCOLS
+from pytest_vlaeval.serving.url import TOKEN_ENV
+
+log = logging.getLogger("pytest_vlaeval.serving")
+
+SETTINGS: dict[str, tuple[Any, str]] = {
+    "host": (str, "address to bind [{}: this machine only]"),
+    "port": (int, "port; 0 picks a free one [{}]"),
+    "protocol": (str, "wire protocol [{}]"),
+    "action_dim": (int, "action dimension D [{}]"),
+    "max_batch_size": ("positive int", "1 is the exact mode [{}]"),
+    "max_wait_ms": (float, "longest a request waits for batch mates [{}]"),
+    "max_episodes": ("positive int", "episodes open at once [{}]"),
+    "max_connections": ("positive int", "websocket connections open at once; more are refused [{}]"),
+    "admission_timeout_s": ("positive float", "how long an open waits for a slot [{}]"),
+    "idle_timeout_s": ("positive float", "close episodes idle this long [{}]"),
+    "max_message_bytes": ("positive int", "largest accepted frame [{}]"),
+}
+"""``ServerConfig`` fields set from the command line (``--max-batch-size`` for ``max_batch_size``):
+the value's kind and its help, ``{}`` standing for the default."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The ``vlaeval serve`` options; their defaults are ``ServerConfig``'s."""
+    parser.add_argument("--policy", required=True, help="module:attr (class or factory), or a built-in: random, zero")
+    default = ServerConfig()  # the one owner of the server's defaults
+    for name, (kind, meaning) in SETTINGS.items():
+        value = getattr(default, name)
+        shown = (
+            f"{value // 2**20} MiB"
+            if name == "max_message_bytes"
+            else f"{value:g}"
+            if isinstance(value, float)
+            else value
+        )
+        options = {"choices": PROTOCOLS} if name == "protocol" else {"type": _checked(kind)}
+        parser.add_argument(f"--{name.replace('_', '-')}", default=value, help=meaning.format(shown), **options)
+    parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"required token [${TOKEN_ENV}]")
+    parser.add_argument("--stop-on-stdin-eof", action="store_true", help="stop when standard input closes")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policy = parse_local_policy(args.policy)  # a server serves a local policy; it never proxies another server
+    except SpecError as exc:
+        print(f"vlaeval serve: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s vlaeval serve %(levelname)s %(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per health check otherwise
+    repeated = RepeatedLines()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(repeated)
+    config = ServerConfig(**{name: getattr(args, name) for name in SETTINGS}, token=args.token or None)
+    if not config.token and not _is_loopback(config.host):
+        log.warning("serving on %s without a token: anyone who can reach it can use the policy", config.host)
+    try:
+        return asyncio.run(_serve(policy, config, args.stop_on_stdin_eof))
+    finally:
+        repeated.report_held(log)
+
+
+async def _serve(spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    if stop_on_stdin_eof:
+        threading.Thread(target=_wait_for_stdin_eof, args=(loop, stop), daemon=True).start()
+
+    server = PolicyServer(spec, config)
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
+        return 1
+    print(server.url, flush=True)
+    loading = asyncio.create_task(server.load())
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if loading.done():
+            loading.result()
+            await stopping
+    except (PolicyError, SpecError) as exc:
+        log.error("cannot load policy %s: %s", spec.text, exc)
+        return 1
+    finally:
+        loading.cancel()
+        stopping.cancel()
+        await server.stop()
+    return 0
+
+
+def _wait_for_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    # Raw reads: a thread blocked inside sys.stdin's buffer would hold its lock at interpreter exit.
+    while os.read(sys.stdin.fileno(), 4096):
+        pass
+    loop.call_soon_threadsafe(stop.set)
+
+
+def _is_loopback(host: str) -> bool:
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return host == "localhost"
+
+
+def _checked(kind: Any) -> Callable[[str], Any]:
+    """A converter for argparse: ``int``, ``str``, a ``float`` >= 0, or a "positive int|float" > 0."""
+    if kind in (int, str):
+        return kind
+    positive = isinstance(kind, str)
+    convert = int if kind == "positive int" else float
+
+    def checked(text: str) -> Any:
+        value = convert(text)
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"must be {'positive' if positive else 'non-negative'}, got {text}")
+        return value
+
+    return checked

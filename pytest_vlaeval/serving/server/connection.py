@@ -1,0 +1,67 @@
+"""What the server core and every wire protocol's handler share: the server's settings, a
+connection with its open episodes, and the refusal a handler turns into an error reply.
+
+``ServerConfig`` is the one owner of the server's defaults (``vlaeval serve`` shows them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from pytest_vlaeval.serving.server.engine import Outcome, ServedEpisode
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    action_dim: int = 7
+    max_batch_size: int = 16
+    max_wait_ms: float = 5.0
+    max_episodes: int = 64
+    max_connections: int = 256
+    admission_timeout_s: float = 300.0
+    idle_timeout_s: float = 900.0
+    max_message_bytes: int = 8 * 2**20
+    token: str | None = None
+    protocol: str = "vlaeval"
+
+
+class Refused(Exception):
+    """A request the server answers with an error reply of ``code``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(eq=False)
+class Connection:
+    ws: ServerConnection
+    episodes: dict[str, OpenEpisode] = field(default_factory=dict)
+    opening: int = 0
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def send(self, frame: bytes | str) -> None:
+        with contextlib.suppress(ConnectionClosed):  # the client left; its handler closes its episodes
+            await self.ws.send(frame)
+
+
+@dataclass(eq=False)
+class OpenEpisode:
+    episode: ServedEpisode
+    connection: Connection
+    last_active: float
+    request: asyncio.Future[Outcome] | None = None

@@ -1,0 +1,27 @@
+"""What a wire protocol's handler may use of the server: ``ServerCore``.
+
+Handlers are written against this interface, not against ``PolicyServer``, so the server
+depends on its handlers (through ``transports``) and no handler depends back on the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pytest_vlaeval.policy.contract import EpisodeInfo
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode
+from pytest_vlaeval.serving.server.engine import PolicyEngine
+from pytest_vlaeval.serving.server.table import EpisodeTable
+
+
+class ServerCore(Protocol):
+    metadata: dict[str, Any]
+    """What a client learns on connecting (the handler adds its protocol's name)."""
+    table: EpisodeTable
+    """Open episodes: find, submit a request, close."""
+    engine: PolicyEngine | None
+    """The loaded policy (never None once a connection is served)."""
+
+    async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
+        """Admit an episode and reset its state in the policy."""
+        ...

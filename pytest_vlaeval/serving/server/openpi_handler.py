@@ -1,0 +1,57 @@
+"""``--protocol openpi``: openpi's websocket policy protocol, which has no episode boundary, so
+each observation is served as a fresh one-step episode; errors are text frames."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from pytest_vlaeval.errors import PolicyError
+from pytest_vlaeval.policy.contract import EpisodeInfo
+from pytest_vlaeval.serving.server.connection import Connection, Refused
+from pytest_vlaeval.serving.wire import vlaeval as protocol
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.serving.server.core import ServerCore
+    from pytest_vlaeval.serving.server.engine import Outcome
+
+log = logging.getLogger("pytest_vlaeval.serving")
+
+LOAD_UNIT = "connection"
+"""Requests that can wait at once: one per connection (its episode opens with the request)."""
+
+
+async def handle_connection(server: ServerCore, connection: Connection) -> None:
+    """Greet with the server's metadata, then answer each observation with its actions."""
+    await connection.ws.send(protocol.pack({**server.metadata, "protocol": "openpi"}))
+    async for frame in connection.ws:
+        await _frame(server, connection, frame)
+
+
+async def _frame(server: ServerCore, connection: Connection, frame: bytes | str) -> None:
+    try:
+        obs = protocol.unpack(frame)
+        valid, meaning = protocol.FIELD_VALUES["obs"]
+        if not valid(obs):
+            raise protocol.ProtocolError(f"an observation must be {meaning}")
+        prompt = obs.get("prompt", obs.get("instruction", ""))
+        info = EpisodeInfo(task="openpi", seed=0, instruction=str(prompt), episode_index=0, max_steps=1)
+        entry = await server.open_episode(connection, uuid.uuid4().hex, info)
+        try:
+            outcome: Outcome | Refused = await server.table.submit(entry, 0, {"instruction": info.instruction, **obs})
+        finally:
+            server.table.close(entry, None)
+    except protocol.ProtocolError as exc:
+        log.warning("bad frame from %s: %s", connection.ws.remote_address, exc)
+        await connection.send(f"bad request: {exc}")
+        return
+    except (Refused, PolicyError) as exc:
+        outcome = exc
+    except Exception as exc:  # every request gets a reply, even one that meets a server bug
+        log.error("failed to serve an openpi request", exc_info=exc)
+        outcome = exc
+    if isinstance(outcome, Exception):
+        await connection.send("\n".join(filter(None, [str(outcome), protocol.remote_traceback(outcome)])))
+    else:
+        await connection.send(protocol.pack({"actions": outcome}))

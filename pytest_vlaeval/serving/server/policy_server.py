@@ -1,0 +1,238 @@
+"""The policy server: its lifecycle, HTTP health and the token gate, connections handed to their
+protocol's handler (``*_handler.py``), the episode table (``table.py``) on the idle reaper's clock.
+
+One event loop does all network work; every policy call runs on one dedicated thread (see
+``engine.py``), fed by the batcher (``batcher.py``), so the loop keeps reading frames and
+sending replies while the policy computes. Faults stay local: a bad frame gets an error reply
+on its own connection, and a policy exception fails only the episodes of its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import http
+import json
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+from websockets.http11 import Request, Response
+
+from pytest_vlaeval.policy.contract import EpisodeInfo
+from pytest_vlaeval.serving.server.batcher import Batcher
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, ServerConfig
+from pytest_vlaeval.serving.server.engine import Outcome, PolicyEngine, ServedEpisode
+from pytest_vlaeval.serving.server.table import EpisodeTable
+from pytest_vlaeval.serving.transports import BY_PROTOCOL, PROTOCOLS
+from pytest_vlaeval.serving.wire import vlaeval as protocol
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
+
+log = logging.getLogger("pytest_vlaeval.serving")
+
+T = TypeVar("T")
+
+
+class PolicyServer:
+    def __init__(
+        self, spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, factory: Callable[[], Any] | None = None
+    ) -> None:
+        """``factory`` (optional) makes the policy instead of the one ``spec`` names; ``spec`` then names it in logs."""
+        if config.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {config.protocol!r}")
+        self.spec = spec
+        self.factory = factory
+        self.config = config
+        self.engine: PolicyEngine | None = None
+        self._protocol = BY_PROTOCOL[config.protocol].handler_module()
+        self.batcher = Batcher(
+            self._forward,
+            max_batch=config.max_batch_size,
+            max_wait_s=config.max_wait_ms / 1000,
+            open_episodes=self._could_request,
+        )
+        self.table = EpisodeTable(
+            config.max_episodes, config.admission_timeout_s, config.idle_timeout_s, self.batcher.submit, self._release
+        )
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlaeval-policy")
+        self.metadata: dict[str, Any] = {}
+        """What a client learns on connecting (the protocol's handler adds its name)."""
+        self._server: Server | None = None
+        self._background: list[asyncio.Task[None]] = []
+        self._connections = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen (health answers 503 until ``load`` finishes) and start batching and reaping."""
+        self._server = await serve(
+            self._handle,
+            self.config.host,
+            self.config.port,
+            process_request=self._http,
+            max_size=self.config.max_message_bytes,
+            compression=None,
+        )
+        self._background = [asyncio.create_task(self.batcher.run()), asyncio.create_task(self._reap_idle())]
+        log.info("listening on %s (protocol %s)", self.url, self.config.protocol)
+
+    async def load(self) -> None:
+        """Build the policy on the policy thread; raises ``PolicyError`` or ``SpecError``."""
+        engine = await self._in_policy_thread(PolicyEngine, self.spec, self.config.action_dim, self.factory)
+        self.metadata = {
+            "type": "metadata",
+            "version": protocol.VERSION,
+            "model": engine.model,
+            "chunk_size": engine.chunk_size,
+            "action_dim": engine.action_dim,
+            "batched": engine.batched,
+            "max_message_bytes": self.config.max_message_bytes,
+            "admission_timeout_s": self.config.admission_timeout_s,
+            "idle_timeout_s": self.config.idle_timeout_s,
+        }
+        self.engine = engine
+        log.info(
+            "policy %s loaded: chunk size %d, %s; max batch %d, max wait %g ms, max episodes %d",
+            engine.model["name"],
+            engine.chunk_size,
+            "batched (act_batch)" if engine.batched else "one instance per open episode",
+            self.config.max_batch_size,
+            self.config.max_wait_ms,
+            self.config.max_episodes,
+        )
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        stats = self.stats()
+        log.info(
+            "stopped after %d requests in %d batches (mean batch size %.2f)",
+            stats["requests"],
+            stats["batches"],
+            stats["mean_batch_size"],
+        )
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        return f"ws://{host}:{self.port}"
+
+    def stats(self) -> dict[str, Any]:
+        sizes = self.batcher.sizes
+        batches = sum(sizes.values())
+        return {
+            "status": "ok" if self.engine is not None else "loading",
+            "policy": self.engine.model["name"] if self.engine is not None else self.spec.text,
+            "protocol": self.config.protocol,
+            "open_episodes": len(self.table.episodes),
+            "waiting_opens": self.table.slots.waiting,
+            "queued_requests": self.batcher.waiting,
+            "requests": self.table.requests,
+            "batches": batches,
+            "mean_batch_size": sum(n * c for n, c in sizes.items()) / batches if batches else 0.0,
+            "batch_sizes": {str(n): sizes[n] for n in sorted(sizes)},
+            "policy_busy_s": round(self.batcher.busy_s, 3),
+            "reaped_episodes": self.table.reaped,
+        }
+
+    # -- HTTP: health and the handshake gate ---------------------------------------------------
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        if urlsplit(request.path).path == "/healthz":
+            if self.engine is None:
+                return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "loading the policy\n")
+            response = connection.respond(http.HTTPStatus.OK, json.dumps(self.stats()) + "\n")
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = "application/json"
+            return response
+        if self.config.token and not self._authorized(request.headers.get("Authorization", ""), request.path):
+            log.warning("refused a connection from %s: missing or wrong token", connection.remote_address)
+            return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
+        if self.engine is None:
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "the policy is still loading\n")
+        return None
+
+    def _authorized(self, header: str, path: str) -> bool:
+        """The token from the header, or from ``?token=`` for clients that cannot set headers (vla-eval's)."""
+        scheme, _, value = header.partition(" ")
+        token = (self.config.token or "").encode()
+        if scheme.lower() in ("bearer", "api-key") and hmac.compare_digest(value.strip().encode(), token):
+            return True
+        query = dict(parse_qsl(urlsplit(path).query))
+        return "token" in query and hmac.compare_digest(query["token"].encode(), token)
+
+    # -- connections and episodes --------------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        if self._connections >= self.config.max_connections:
+            log.warning("refused a connection from %s: %d connections are open", ws.remote_address, self._connections)
+            await ws.close(
+                CloseCode.TRY_AGAIN_LATER,
+                f"the server holds its maximum of {self.config.max_connections} connections (--max-connections)",
+            )
+            return
+        connection = Connection(ws)
+        self._connections += 1
+        try:
+            await self._protocol.handle_connection(self, connection)
+        except ConnectionClosed as exc:
+            if exc.rcvd is None or exc.rcvd.code != 1000:
+                log.warning("connection from %s closed: %s", ws.remote_address, exc)
+        finally:
+            self._connections -= 1
+            for task in list(connection.tasks):
+                task.cancel()
+            for entry in list(connection.episodes.values()):
+                self.table.close(entry, "its connection closed")
+
+    async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
+        """Admit an episode and reset its state in the policy (on the policy thread)."""
+        assert self.engine is not None  # connections are refused until the policy is loaded
+        engine = self.engine
+        return await self.table.admit(connection, episode_id, info, lambda e: self._in_policy_thread(engine.open, e))
+
+    def _release(self, episode: ServedEpisode) -> None:
+        """A closed episode's queued requests go, and its state (on the policy thread)."""
+        self.batcher.withdraw(episode)
+        if self.engine is not None:
+            with contextlib.suppress(RuntimeError):  # shutting down: the state goes with the process
+                self._executor.submit(self.engine.close, episode)
+
+    async def _reap_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(self.config.idle_timeout_s / 4, 0.05), 30.0))
+            self.table.reap(loop.time())
+
+    def _could_request(self) -> int:
+        """How many requests could be waiting at most (the batcher waits no longer once all are in)."""
+        return self._connections if self._protocol.LOAD_UNIT == "connection" else len(self.table.episodes)
+
+    # -- the policy thread ---------------------------------------------------------------------
+
+    async def _forward(
+        self, episodes: Sequence[ServedEpisode], observations: Sequence[dict[str, Any]]
+    ) -> list[Outcome]:
+        assert self.engine is not None
+        return await self._in_policy_thread(self.engine.act, episodes, observations)
+
+    async def _in_policy_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)

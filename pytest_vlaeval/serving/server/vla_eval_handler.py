@@ -1,0 +1,134 @@
+"""``vlaeval serve --protocol vla-eval``: the server side of vla-eval's model-server protocol.
+
+One connection is one vla-eval harness shard, holding at most one episode at a time:
+``episode_start`` opens an episode (its state reset, as for an ``open``), ``episode_end`` or the
+next ``episode_start`` closes it. Observations go through the same batcher as any other request,
+so concurrent harness connections are batched together while each keeps its own state. The
+server splits chunks itself: one action per observation, the policy being called again only
+when its chunk is used up, exactly as the evaluation's own episode loop does. Failures are
+answered with ``error`` frames (``episode_start_failed: ...``, ``observation_failed: ...``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pytest_vlaeval.errors import PolicyError
+from pytest_vlaeval.policy.contract import EpisodeInfo
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
+from pytest_vlaeval.serving.wire import vla_eval as wire
+from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
+from pytest_vlaeval.version import __version__
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.serving.server.core import ServerCore
+
+log = logging.getLogger("pytest_vlaeval.serving")
+
+LOAD_UNIT = "episode"
+"""Requests that can wait at once: one per open episode (a connection holds at most one)."""
+
+
+async def handle_connection(server: ServerCore, connection: Connection) -> None:
+    """Answer one harness connection's frames until it closes (the server closes its episode)."""
+    session = _HarnessSession(server, connection)  # the harness speaks first: no greeting
+    async for frame in connection.ws:
+        await session.handle(frame)
+
+
+class _HarnessSession:
+    def __init__(self, server: ServerCore, connection: Connection) -> None:
+        self.server = server
+        self.connection = connection
+        self.entry: OpenEpisode | None = None
+        self.pending: deque[np.ndarray] = deque()
+
+    async def handle(self, frame: bytes | str) -> None:
+        seq = 0
+        try:
+            kind, payload, seq = wire.unpack_frame(frame)
+            if kind == "hello":
+                await self._hello(payload, seq)
+            elif kind == "episode_start":
+                await self._start(payload, seq)
+            elif kind == "observation":
+                await self._observe(payload, seq)
+            elif kind == "episode_end":
+                self._end()
+            elif kind == "error":
+                log.warning("the harness at %s reported: %s", self.connection.ws.remote_address, payload.get("error"))
+            else:
+                raise ProtocolError(f"a server does not accept {kind!r} frames")
+        except ProtocolError as exc:
+            log.warning("bad frame from %s: %s", self.connection.ws.remote_address, exc)
+            await self.connection.send(wire.error_frame(f"bad_request: {exc}", seq))
+
+    async def _hello(self, payload: dict[str, Any], seq: int) -> None:
+        version = payload.get("protocol_version")
+        if version != wire.VERSION:
+            raise ProtocolError(f"this server speaks protocol version {wire.VERSION}, the harness {version!r}")
+        engine = self.server.engine
+        assert engine is not None  # connections are refused until the policy is loaded
+        capabilities = {"episode_state": True, "batched": engine.batched, "chunk_size": engine.chunk_size}
+        reply = wire.hello_payload(
+            f"pytest-vlaeval {__version__}",
+            model_server=engine.model["name"],
+            capabilities={**capabilities, "action_dim": engine.action_dim},
+        )
+        await self.connection.send(wire.pack_frame("hello", reply, seq))
+
+    async def _start(self, payload: dict[str, Any], seq: int) -> None:
+
+        self._end()
+        try:
+            info = _episode_info(payload.get("task"))
+            self.entry = await self.server.open_episode(self.connection, uuid.uuid4().hex, info)
+        except (Refused, PolicyError, ProtocolError) as exc:
+            await self.connection.send(wire.error_frame(f"episode_start_failed: {exc}", seq))
+
+    async def _observe(self, payload: dict[str, Any], seq: int) -> None:
+        entry = self.entry
+        if entry is None or self.connection.episodes.get(entry.episode.id) is not entry:
+            why = (
+                "no episode_start on this connection"
+                if entry is None
+                else self.server.table.why_unknown(entry.episode.id)
+            )
+            await self.connection.send(wire.error_frame(f"observation_failed: {why}", seq))
+            return
+        step = entry.episode.step + 1
+        if not self.pending:
+            outcome = await self.server.table.submit(entry, step, wire.from_wire_observation(payload))
+            if isinstance(outcome, PolicyError):
+                await self.connection.send(wire.error_frame(f"observation_failed: {outcome}", seq))
+                return
+            self.pending.extend(outcome)
+        entry.episode.step = step
+        await self.connection.send(wire.pack_frame("action", {"actions": self.pending.popleft()}, seq))
+
+    def _end(self) -> None:
+        entry, self.entry = self.entry, None
+        self.pending.clear()
+        if entry is not None:
+            self.server.table.close(entry, None)
+
+
+def _episode_info(task: Any) -> EpisodeInfo:
+    """The episode a harness's task describes; vla-eval tasks carry a name, ours the full info."""
+    if not isinstance(task, dict):
+        raise ProtocolError(f"'episode_start' needs a 'task' map, got {type(task).__name__}")
+    try:
+        return EpisodeInfo(
+            task=str(task.get("env_id") or task.get("name") or "task"),
+            seed=int(task.get("seed", 0)),
+            instruction=str(task.get("instruction") or task.get("task_description") or ""),
+            episode_index=int(task.get("episode_index", task.get("episode_idx", 0))),
+            max_steps=int(task.get("max_steps", 0)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"bad task in 'episode_start': {exc}") from None

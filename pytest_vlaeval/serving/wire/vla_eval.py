@@ -1,0 +1,173 @@
+"""vla-eval's model-server protocol (version 1), in one place: frames, arrays, images, observations.
+
+This is the protocol of allenai's vla-evaluation-harness (``vla-eval``), spoken by its model
+servers. Transport: a websocket; every message is one binary frame holding a msgpack map
+``{"type", "payload", "seq", "timestamp"}``. Types: ``hello`` (both ways, first), ``episode_start``
+and ``episode_end`` (harness -> server, no reply), ``observation`` (harness -> server) answered by
+one ``action`` carrying the observation's ``seq``, and ``error`` (``payload["error"]``, a string).
+
+numpy arrays travel as maps ``{"__ndarray__": True, "data": <raw bytes>, "dtype": <dtype.str>,
+"shape": [...]}``; HWC uint8 images may instead travel as ``{"__image__": True, "format":
+"raw"|"png"|"jpeg", "data", "shape"[, "dtype"]}``. Only bool, integer and float dtypes are
+accepted, and nothing is ever unpickled.
+
+Observations use vla-eval's convention: ``images`` (camera name -> HWC image), ``state`` (the
+proprio vector) and ``task_description``. ``to_wire_observation`` and ``from_wire_observation``
+map this package's policy view (``rgb`` cameras stacked on channels, ``proprio``, ``instruction``)
+to it and back, exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from pytest_vlaeval.serving.wire.vlaeval import ProtocolError, unpack_msgpack
+
+VERSION = 1
+KINDS = ("hello", "observation", "action", "episode_start", "episode_end", "error")
+IMAGE_FORMATS = ("raw", "png", "jpeg")
+CAMERAS = ("base_camera", "hand_camera")
+"""Names of the cameras stacked in ``rgb`` (3 channels each), in order, as ManiSkill names them."""
+CAMERA_CHANNELS = 3
+_ARRAY_KINDS = "biuf"
+
+
+def pack_frame(kind: str, payload: dict[str, Any], seq: int) -> bytes:
+    return msgpack.packb(
+        {"type": kind, "payload": payload, "seq": seq, "timestamp": time.time()},
+        default=_encode_array,
+        use_bin_type=True,
+    )
+
+
+def error_frame(message: str, seq: int = 0) -> bytes:
+    return pack_frame("error", {"error": message}, seq)
+
+
+def unpack_frame(frame: bytes | str) -> tuple[str, dict[str, Any], int]:
+    """Decode one frame into (type, payload, seq); raises ``ProtocolError`` saying what is wrong."""
+    message = unpack_msgpack(frame, _decode_array)
+    if not isinstance(message, dict) or not {"type", "payload", "seq"} <= message.keys():
+        keys = sorted(map(str, message)) if isinstance(message, dict) else type(message).__name__
+        raise ProtocolError(f"expected a map with type, payload and seq, got {keys}")
+    kind, payload, seq = message["type"], message["payload"], message["seq"]
+    if kind not in KINDS:
+        raise ProtocolError(f"unknown message type {kind!r}; expected one of {', '.join(KINDS)}")
+    if not isinstance(payload, dict) or not isinstance(seq, int) or isinstance(seq, bool):
+        raise ProtocolError(f"{kind!r} needs a map payload and an int seq")
+    return kind, payload, seq
+
+
+def hello_payload(harness_version: str, **fields: Any) -> dict[str, Any]:
+    return {"harness_version": harness_version, "protocol_version": VERSION, **fields}
+
+
+def to_wire_observation(view: dict[str, Any], image_format: str = "raw") -> dict[str, Any]:
+    """A policy view (numpy) as vla-eval's observation: each camera of ``rgb`` an HWC image."""
+    wire: dict[str, Any] = {}
+    for key, value in view.items():
+        if key == "rgb":
+            frames = np.asarray(value)
+            frames = frames[0] if frames.ndim == 4 else frames
+            channels = frames.shape[-1]
+            count = channels // CAMERA_CHANNELS if channels % CAMERA_CHANNELS == 0 else 1
+            width = channels // count
+            names = CAMERAS if count == len(CAMERAS) else [f"camera_{i}" for i in range(count)]
+            wire["images"] = {
+                name: encode_image(np.ascontiguousarray(frames[..., i * width : (i + 1) * width]), image_format)
+                for i, name in enumerate(names)
+            }
+        elif key == "proprio":
+            wire["state"] = np.asarray(value).reshape(-1)
+        elif key == "instruction":
+            wire["task_description"] = value
+        else:
+            wire[key] = value
+    return wire
+
+
+def from_wire_observation(obs: dict[str, Any]) -> dict[str, Any]:
+    """vla-eval's observation as this package's policy view (the inverse of ``to_wire_observation``)."""
+    view: dict[str, Any] = {}
+    for key, value in obs.items():
+        if key == "images":
+            if not isinstance(value, dict) or not value:
+                raise ProtocolError("'images' must map camera names to HWC images")
+            frames = [np.asarray(image) for image in value.values()]
+            if any(f.ndim != 3 for f in frames) or len({f.shape[:2] for f in frames}) != 1:
+                raise ProtocolError(f"'images' must be HWC images of one size, got {[f.shape for f in frames]}")
+            view["rgb"] = np.concatenate(frames, axis=-1)[None]
+        elif key == "state":
+            view["proprio"] = np.asarray(value)[None]
+        elif key == "task_description":
+            view["instruction"] = str(value)
+        else:
+            view[key] = value
+    view.setdefault("instruction", "")
+    return view
+
+
+def encode_image(image: np.ndarray, image_format: str) -> Any:
+    """An HWC uint8 image as the server asked: a plain array for ``raw``, else a compressed image map."""
+    if image_format == "raw" or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (1, 3, 4):
+        return image
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    pil = Image.fromarray(image[..., 0] if image.shape[2] == 1 else image)
+    pil.save(buffer, format="PNG" if image_format == "png" else "JPEG", quality=95)
+    return {"__image__": True, "format": image_format, "data": buffer.getvalue(), "shape": list(image.shape)}
+
+
+def _encode_array(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind not in _ARRAY_KINDS:
+        raise TypeError(f"cannot send numpy dtype {value.dtype} (only bool, integer and float)")
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": True, "data": value.tobytes(), "dtype": value.dtype.str, "shape": list(value.shape)}
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot send {type(value).__name__}")
+
+
+def _decode_array(obj: dict[str, Any]) -> Any:
+    if obj.get("__ndarray__") is True or (obj.get("__image__") is True and obj.get("format") == "raw"):
+        return _raw_array(obj)
+    if obj.get("__image__") is True:
+        return _compressed_image(obj)
+    return obj
+
+
+def _raw_array(obj: dict[str, Any]) -> np.ndarray:
+    try:
+        dtype = np.dtype(obj.get("dtype")) if isinstance(obj.get("dtype"), str) else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in _ARRAY_KINDS:
+        raise ProtocolError(f"array dtype must be bool, integer or float, got {obj.get('dtype')!r}")
+    shape, data = obj.get("shape"), obj.get("data")
+    if not isinstance(shape, (list, tuple)) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
+        raise ProtocolError(f"array shape must be a list of non-negative ints, got {shape!r}")
+    if not isinstance(data, bytes) or len(data) != math.prod(shape) * dtype.itemsize:
+        raise ProtocolError(f"array data does not match shape {tuple(shape)} of {dtype}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+def _compressed_image(obj: dict[str, Any]) -> np.ndarray:
+    if obj.get("format") not in IMAGE_FORMATS or not isinstance(obj.get("data"), bytes):
+        raise ProtocolError(f"image format must be one of {', '.join(IMAGE_FORMATS)}, got {obj.get('format')!r}")
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(obj["data"])) as pil:
+            image = np.array(pil)
+    except Exception as exc:
+        raise ProtocolError(f"cannot decode a {obj['format']} image: {type(exc).__name__}: {exc}") from None
+    return image[..., None] if image.ndim == 2 else image

