@@ -131,11 +131,13 @@ def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does()
     from pytest_vlaeval.envs import render
     from pytest_vlaeval.episodes.runner import EpisodeRunner
     from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
+    from pytest_vlaeval.policy.loading import parse_policy
     from pytest_vlaeval.spec import resolve_benchmark, select
 
     task, seed = "RememberColor3-VLA-v0", 4242424242
     benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=1), "spy_policies:Bf16Random", "auto")
+    selection = select(benchmark, "short", env_ids=[task], episodes=1)
+    runner = EpisodeRunner(selection, parse_policy("spy_policies:Bf16Random"), "auto")
     try:
         record = runner.run(benchmark.task(task), seed, 0)
     finally:

@@ -80,6 +80,10 @@ class PolicyServer:
             process_request=self._http,
             max_size=self.config.max_message_bytes,
             compression=None,
+            # An episode's process can be busy for long in native code (an env build on a loaded
+            # CPU) and answer a ping late: that is no reason to drop its episode. Dead peers close
+            # their socket, abandoned ones are reaped after ``idle_timeout_s``.
+            ping_timeout=None,
         )
         self._background = [asyncio.create_task(self.batcher.run()), asyncio.create_task(self._reap_idle())]
         log.info("listening on %s (protocol %s)", self.url, self.config.protocol)
@@ -109,6 +113,11 @@ class PolicyServer:
             self.config.max_episodes,
         )
 
+    def join_policy_thread(self) -> None:
+        """After ``stop``, from outside the event loop: wait until the policy thread has ended, so
+        a caller that served from its own process is left with nothing running."""
+        self._executor.shutdown(wait=True)
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -116,7 +125,7 @@ class PolicyServer:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)  # the loop must not block on a policy call
         stats = self.stats()
         log.info(
             "stopped after %d requests in %d batches (mean batch size %.2f)",
