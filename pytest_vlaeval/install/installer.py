@@ -20,11 +20,32 @@ from pytest_vlaeval.install.stacks import PipStep, Stack
 
 BACKPORTS = "bookworm-backports"
 BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/bookworm-backports.sources")
-BACKPORTS_ENTRY = (
-    "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\n"
-    "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-)
 """Debian 12's Mesa (22.3) is too old for SAPIEN 3.0.3's software Vulkan; its backports suite has 25."""
+
+
+def backports_entry(mirror: str) -> str:
+    """The backports suite as an apt source, from the Debian mirror the machine already uses."""
+    return (
+        f"Types: deb\nURIs: {mirror}\nSuites: {BACKPORTS}\nComponents: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
+
+
+def configured_mirror(sources: list[Path], codename: str) -> str | None:
+    """The archive URI of apt's source for ``codename`` (deb822 ``URIs:`` or a one-line ``deb``)."""
+    for path in sources:
+        if not path.is_file():
+            continue
+        for block in path.read_text(errors="replace").split("\n\n"):
+            fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line and not line.startswith("#"))
+            if codename in fields.get("Suites", "").split() and fields.get("URIs", "").strip():
+                return fields["URIs"].split()[0]
+            for line in block.splitlines():
+                words = line.split()
+                if len(words) >= 3 and words[0] == "deb" and words[2] == codename:
+                    return words[1]
+    return None
+
 
 InstalledVersion = Callable[[str], "str | None"]
 
@@ -51,6 +72,8 @@ class Debian:
     backports_configured: bool = False
     has_gpu: bool = False
     is_root: bool = True
+    mirror: str | None = None
+    """The Debian archive apt already uses, for adding the backports suite."""
 
 
 def installed_version(distribution: str) -> str | None:
@@ -118,12 +141,12 @@ def system_plan(stack: Stack, debian: Debian) -> list[Command]:
     target: tuple[str, ...] = ()
     if debian.codename == "bookworm":
         target = ("-t", BACKPORTS)
-        if not debian.backports_configured:
+        if not debian.backports_configured and debian.mirror is not None:
             commands.append(
                 Command(
                     f"add Debian's {BACKPORTS} suite (Mesa >= 25)",
                     (*sudo, "tee", str(BACKPORTS_SOURCE)),
-                    BACKPORTS_ENTRY,
+                    backports_entry(debian.mirror),
                 )
             )
     apt = (*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get")
@@ -159,16 +182,18 @@ def read_debian() -> Debian | None:
             versions[parts[0]] = parts[1]
     sources = [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]
     backports = any(p.is_file() and BACKPORTS in p.read_text(errors="replace") for p in sources)
+    codename = fields.get("VERSION_CODENAME", "").strip('"')
     gpu = (
         shutil.which("nvidia-smi") is not None
         and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
     )
     return Debian(
-        codename=fields.get("VERSION_CODENAME", "").strip('"'),
+        codename=codename,
         versions=versions,
         backports_configured=backports,
         has_gpu=gpu,
         is_root=os.geteuid() == 0,
+        mirror=configured_mirror(sources, codename),
     )
 
 

@@ -111,10 +111,24 @@ def test_libero_installs_its_shipped_requirements_hash_checked() -> None:
 # -- the system plan --------------------------------------------------------------------------
 
 
+def test_the_backports_suite_comes_from_the_mirror_apt_already_uses(tmp_path: Path) -> None:
+    deb822 = tmp_path / "debian.sources"
+    deb822.write_text(
+        "Types: deb\nURIs: http://a.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n"
+    )
+    one_line = tmp_path / "sources.list"
+    one_line.write_text("# a comment\ndeb http://b.example/debian bookworm main\n")
+    assert installer.configured_mirror([tmp_path / "absent", deb822], "bookworm") == "http://a.example/debian"
+    assert installer.configured_mirror([one_line], "bookworm") == "http://b.example/debian"
+    assert installer.configured_mirror([one_line], "trixie") is None
+
+
 def test_system_packages_on_debian_12_come_from_backports_added_once() -> None:
-    commands = installer.system_plan(MIKASA, installer.Debian("bookworm", versions={}, is_root=True))
+    mirror = "http://mirror.example/debian"
+    commands = installer.system_plan(MIKASA, installer.Debian("bookworm", versions={}, is_root=True, mirror=mirror))
     assert [c.argv[0] for c in commands] == ["tee", "env", "env"]
-    assert commands[0].stdin == installer.BACKPORTS_ENTRY
+    assert commands[0].stdin == installer.backports_entry(mirror)
+    assert f"URIs: {mirror}\nSuites: bookworm-backports" in commands[0].stdin
     assert commands[2].argv[-5:] == ("-qq", "-t", "bookworm-backports", "mesa-vulkan-drivers", "libvulkan1")
     configured = installer.system_plan(MIKASA, installer.Debian("bookworm", backports_configured=True, is_root=False))
     assert [c.argv[:2] for c in configured] == [("sudo", "env"), ("sudo", "env")]
