@@ -157,7 +157,7 @@ def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> Non
 
     if gate is None:
         raise SpecError("--vla-gate-plan plans a gate: add --vla-baseline=DIR or --vla-sequential --vla-min-sr=X")
-    lines = budget_table(gate.design, gate.tasks)
+    lines = budget_table(gate.design, gate.tasks, run.plan_probability)
     print("\n".join(lines), flush=True)
     pytest.exit(f"--vla-gate-plan: no episode run (this run's budget: --episodes={run.selection.episodes})", 0)
 
@@ -265,6 +265,7 @@ def _run_context(config: pytest.Config) -> RunContext:
         baseline=Path(baseline) if baseline else None,
         max_drop=config.getoption("vla_max_drop"),
         gate_alpha=config.getoption("vla_gate_alpha"),
+        plan_probability=config.getoption("vla_gate_plan_probability"),
         undecided_exit=config.getoption("vla_undecided_exit"),
         timeout=config.getoption("vla_timeout"),
         video=video,
@@ -296,6 +297,7 @@ def _check_numeric_options(config: pytest.Config) -> None:
     _check_range("--vla-retries", config.getoption("vla_retries"), 0)
     _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
     _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
+    _check_range("--vla-gate-plan-probability", config.getoption("vla_gate_plan_probability"), 0, 1, open_ends="both")
     _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
     _check_range("--vla-undecided-exit", config.getoption("vla_undecided_exit"), 0, 255)
 

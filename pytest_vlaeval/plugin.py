@@ -155,6 +155,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="print the seeds the gate needs to decide, simulated for the selected tasks, and exit without "
         "running an episode",
     )
+    results.addoption(
+        "--vla-gate-plan-probability",
+        type=float,
+        default=0.8,
+        metavar="P",
+        help="with --vla-gate-plan: the chance of a correct verdict the recommended budget must reach [0.8]",
+    )
     parser.addini("vla_policy", "default for --policy", default="random")
     parser.addini("vla_results", "default for --vla-results", default=DEFAULT_RESULTS)
     parser.addini("vla_render", "default for --vla-render", default="auto")

@@ -27,6 +27,8 @@ class RunContext:
     baseline: Path | None = None
     max_drop: float = 0.05
     gate_alpha: float = 0.05
+    plan_probability: float = 0.8
+    """``--vla-gate-plan``: the chance of a correct verdict its recommended budget must reach."""
     undecided_exit: int = 7
     """Exit status when the gate cannot decide."""
     timeout: float | None = None

@@ -85,10 +85,12 @@ def run(values: np.ndarray, design: Design) -> tuple[np.ndarray, np.ndarray]:
     verdicts = np.full(reps, UNDECIDED, dtype=object)
     spent = np.ones(reps)
     open_ = np.ones(reps, dtype=bool)
+    # The fixed gate: PASS unless FAIL, where FAIL is possible at all; else UNDECIDED, as in the session.
+    fixed_default = PASS if not design.sequential and earliest(design, seeds)[1] is not None else UNDECIDED
     for end in ends:
         now = judge(lower[:, end - 1], upper[:, end - 1], design.threshold)
         if not design.sequential:
-            now = np.where(now == UNDECIDED, PASS, now)  # the fixed gate: PASS unless FAIL
+            now = np.where(now == UNDECIDED, fixed_default, now)
         settled = open_ & (now != UNDECIDED)
         verdicts[settled] = now[settled]
         spent[settled] = end / seeds

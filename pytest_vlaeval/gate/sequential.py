@@ -80,9 +80,10 @@ def betting_bounds(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]
     any_inside = inside.any(axis=-2)
     first = np.argmax(inside, axis=-2)
     last = len(GRID) - 1 - np.argmax(inside[..., ::-1, :], axis=-2)
-    mean = np.cumsum(x, axis=-1) / t
-    lower = np.where(any_inside, np.clip(GRID[first] - step, 0.0, 1.0), mean)
-    upper = np.where(any_inside, np.clip(GRID[last] + step, 0.0, 1.0), mean)
+    # An empty sequence (every grid mean rejected: chance <= alpha) says nothing: the whole range,
+    # so no verdict rests on it.
+    lower = np.where(any_inside, np.clip(GRID[first] - step, 0.0, 1.0), 0.0)
+    upper = np.where(any_inside, np.clip(GRID[last] + step, 0.0, 1.0), 1.0)
     return lower, upper
 
 

@@ -84,6 +84,8 @@ class Look:
     estimate: float
     interval: tuple[float, float]
     verdict: str
+    missing: tuple[str, ...] = ()
+    """Compared tasks with no completed episode up to this look: no seed pairs while any is."""
 
 
 @dataclass
@@ -97,6 +99,8 @@ class SequentialGate:
     method: Method
     reference_srs: list[float]
     """The baseline's task SRs, or the min SR for every task: what the method was chosen on."""
+    task_ids: tuple[str, ...] = ()
+    """The selected tasks: in min-SR mode every one of them is in the mean, none drops out."""
     baseline: Baseline | None = None
     pending: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     looks: list[Look] = field(default_factory=list)
@@ -119,7 +123,8 @@ class SequentialGate:
             reference_srs = [settings.min_sr] * len(selection.tasks)
         method = method_for(reference_srs, seeds)
         last_block = (seeds - 1) // settings.block
-        return cls(settings, selection.start_seed, last_block, max_drop, method, reference_srs, baseline)
+        task_ids = tuple(task.env_id for task in selection.tasks)
+        return cls(settings, selection.start_seed, last_block, max_drop, method, reference_srs, task_ids, baseline)
 
     @property
     def tasks(self) -> int:
@@ -185,21 +190,22 @@ class SequentialGate:
         if self.settings.min_sr is None:
             assert self.baseline is not None
             compared = self.baseline.outcomes
+            missing = tuple(t for t in compared if not current.get(t))
             sums = paired_seed_sums(
                 {t: current.get(t, {}) for t in compared},
                 {t: {s: y for s, y in o.items() if s < end} for t, o in compared.items()},
             )
             if not sums:
-                return Look(block, 0, 0.0, (-1.0, 1.0), UNDECIDED)
+                return Look(block, 0, 0.0, (-1.0, 1.0), UNDECIDED, missing)
             drops = [-k / len(compared) for k in sums.values()]
             lower, upper = self._bounds(drops, (-1.0, 1.0))
             verdict = str(drop_verdict(lower, upper, self.max_drop))
             return Look(block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict)
-        tasks = [t for t in current if current[t]]
-        seeds = sorted(set.intersection(*(set(current[t]) for t in tasks))) if tasks else []
+        missing = tuple(t for t in self.task_ids if not current.get(t))
+        seeds = [] if missing else sorted(set.intersection(*(set(current[t]) for t in self.task_ids)))
         if not seeds:
-            return Look(block, 0, 0.0, (0.0, 1.0), UNDECIDED)
-        means = [group_sr(current[t][s] for t in tasks) for s in seeds]
+            return Look(block, 0, 0.0, (0.0, 1.0), UNDECIDED, missing)
+        means = [group_sr(current[t][s] for t in self.task_ids) for s in seeds]
         lower, upper = self._bounds(means, (0.0, 1.0))
         verdict = str(min_sr_verdict(lower, upper, self.settings.min_sr))
         return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict)
@@ -238,6 +244,8 @@ class SequentialGate:
         else:
             what = f"split SR {look.estimate:.3f} [{label} {low:.3f}, {high:.3f}] vs min SR {self.settings.min_sr:.3f}"
         stop = f", stopped early ({self.saved} episodes saved)" if self.stopped else ""
+        if look.missing:
+            stop += f"; no completed episode of {', '.join(look.missing)}, so no seed pairs"
         not_compared = (
             f"; not compared: {self.baseline.not_compared}" if self.baseline and self.baseline.not_compared else ""
         )

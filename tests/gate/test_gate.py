@@ -191,6 +191,25 @@ def test_min_sr_gate_stops_as_soon_as_the_split_sr_is_known_below(fake: pytest.P
     assert summary["gate"]["min_sr"] == 0.8 and summary["n_missing"] == summary["gate"]["episodes_saved"] > 0
 
 
+def test_min_sr_gate_never_averages_over_a_task_that_only_errors(fake: pytest.Pytester) -> None:
+    """A task whose every episode errors stays in the split SR: no seed has all tasks, so the
+    verdict is UNDECIDED and names the task, never a PASS on the tasks that happened to run."""
+    result = fake.runpytest(
+        "--benchmark=fake.yaml",
+        "-p",
+        "no:cacheprovider",
+        "--vla-tasks=Alpha-v0,BrokenSim-v0",
+        "--episodes=6",
+        "--policy=zero",
+        "--vla-block=2",
+        "--vla-sequential",
+        "--vla-min-sr=0.1",
+    )
+    assert result.ret == UNDECIDED_EXIT, result.stdout.str()
+    result.stdout.fnmatch_lines(["vlaeval gate: UNDECIDED: *no completed episode of BrokenSim-v0, so no seed pairs*"])
+    assert read_json(run_dir(fake) / "summary.json")["gate"]["seeds_looked_at"] == 0
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -316,6 +335,8 @@ def test_fixed_gate_that_cannot_fail_says_so_first_and_is_undecided(fake: pytest
         [
             "vlaeval gate plan: betting confidence sequence (2 tasks < 10); earliest PASS at not within this budget, "
             "earliest FAIL at not within this budget of 5",
+            "vlaeval gate plan: simulated (SRs 0.5, rho 0.6): true drop 0: correct 0%, budget spent 1.00; "
+            "true drop 0.1: correct 0%, budget spent 1.00",
             "vlaeval gate: this run pairs 5 seeds with the baseline: too few to show a drop above 0.05 at alpha 0.05*",
             "fake-short FFFFF",
             "vlaeval gate: UNDECIDED: split SR drop +1.000 paired on 5 seeds x 2 tasks*; 5 paired seeds cannot show "
@@ -433,6 +454,12 @@ def test_gate_plan_prints_the_budgets_and_runs_no_episode(wide: pytest.Pytester)
     )
     assert not (wide.path / "r").exists(), "no episode ran"
     assert_one_line_usage_error(wide.runpytest(*WIDE, "--vla-gate-plan"), "--vla-gate-plan plans a gate")
+    plan = [f"--vla-baseline={base}", "--vla-sequential", "--vla-gate-plan"]
+    surer = wide.runpytest(*WIDE, *plan, "--vla-gate-plan-probability=0.95")
+    surer.stdout.fnmatch_lines(["vlaeval gate plan: 12 tasks: decides correctly with probability >= 95% in both*"])
+    assert_one_line_usage_error(
+        wide.runpytest(*WIDE, *plan, "--vla-gate-plan-probability=1"), "--vla-gate-plan-probability must be in (0, 1)"
+    )
 
 
 def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
