@@ -8,7 +8,7 @@ Modes: ``drop`` gates against a baseline with max drop M; ``min_sr`` gates the c
 alone against min SR = (the profile's mean SR) - M, so in both a verdict is wrong when it says
 FAIL while the split SR dropped by at most M, or PASS while it dropped by more. UNDECIDED is
 never wrong. Methods: ``betting`` and ``t_test`` (each forced, sequential), ``auto`` (the
-sequential gate's own rule, ``sequential.choose``, applied to each simulated baseline), and
+sequential gate's own rule, ``sequential.method_for``, applied to each simulated baseline), and
 ``fixed`` (the fixed gate: its rule, one look at the end; PASS unless FAIL or it cannot FAIL;
 its PASS claims no more than "no significant regression", so only its FAILs can be wrong).
 
@@ -35,7 +35,7 @@ from pytest_vlaeval.gate.sequential import (
     MIN_SEEDS,
     T_TEST,
     betting_bounds,
-    choose,
+    method_for,
     pocock_level,
     t_bounds,
     variance_floor,
@@ -103,14 +103,14 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
     ends = sorted({min(end, seeds) for end in range(BLOCK, seeds + BLOCK, BLOCK)})
     # The rule's inputs, per replication: the realised baseline's task SRs, or the min SR.
     if min_sr:
-        reference = np.full(reps, threshold)
+        reference = np.full((reps, tasks), min(max(threshold, 0.0), 1.0))
         floors = np.full((reps, 1), variance_floor([min(max(threshold, 0.0), 1.0)] * tasks, seeds))
     else:
         task_srs = base.mean(axis=2)
-        reference = task_srs.mean(axis=1)
+        reference = task_srs
         smoothed = (task_srs * seeds + 1) / (seeds + 2)
         floors = ((smoothed * (1 - smoothed)).sum(axis=1) / tasks**2)[:, None]
-    chosen = np.array([choose(tasks, seeds, r, 0.0).name == T_TEST for r in reference])
+    chosen = np.array([method_for(list(srs), seeds).name == T_TEST for srs in reference])
 
     parts = [betting_bounds((p - low) / (high - low), alpha) for p in np.array_split(values, max(1, reps // 100))]
     bet_lower = low + (high - low) * np.concatenate([p[0] for p in parts])

@@ -394,11 +394,12 @@ def test_group_sequential_gate_passes_early_under_xdist(wide: pytest.Pytester) -
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, reference SR 0.*); earliest PASS at 10 "
+            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.*); earliest "
+            "PASS at 10 "
             "seeds, earliest FAIL at 10 seeds of 30",
             "vlaeval gate: PASS: split SR drop +0.000 ?95% bounds -*? vs max drop 0.200 after 2 looks (10 seeds), "
             "stopped early (* episodes saved); method: sequential group-sequential t test, seeds as the unit "
-            "(12 tasks, 30 seeds, reference SR 0.*), alpha 0.05",
+            "(12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.*), alpha 0.05",
         ]
     )
     gate = read_json(run_dir(wide) / "summary.json")["gate"]
@@ -432,7 +433,7 @@ def test_min_sr_mode_chooses_its_method_by_the_same_rule(wide: pytest.Pytester) 
     )
     extreme = wide.runpytest(*args, "--vla-min-sr=0.95", "--vla-run-name=extreme")
     extreme.stdout.fnmatch_lines(
-        ["*method: sequential betting confidence sequence*(reference SR 0.95 outside ?0.15, 0.85?)*"]
+        ["*method: sequential betting confidence sequence*(reference SRs near 0 or 1: mean p(1-p) 0.048 < 0.128)*"]
     )
 
 
