@@ -102,14 +102,8 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
     regressed = true_drop > max_drop + 1e-12
     ends = sorted({min(end, seeds) for end in range(BLOCK, seeds + BLOCK, BLOCK)})
     # The rule's inputs, per replication: the realised baseline's task SRs, or the min SR.
-    if min_sr:
-        reference = np.full((reps, tasks), min(max(threshold, 0.0), 1.0))
-        floors = np.full((reps, 1), variance_floor([min(max(threshold, 0.0), 1.0)] * tasks, seeds))
-    else:
-        task_srs = base.mean(axis=2)
-        reference = task_srs
-        smoothed = (task_srs * seeds + 1) / (seeds + 2)
-        floors = ((smoothed * (1 - smoothed)).sum(axis=1) / tasks**2)[:, None]
+    reference = np.full((reps, tasks), min(max(threshold, 0.0), 1.0)) if min_sr else base.mean(axis=2)
+    floors = np.array([[variance_floor(list(srs), seeds)] for srs in reference])
     chosen = np.array([method_for(list(srs), seeds).name == T_TEST for srs in reference])
 
     parts = [betting_bounds((p - low) / (high - low), alpha) for p in np.array_split(values, max(1, reps // 100))]

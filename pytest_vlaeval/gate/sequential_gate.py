@@ -99,7 +99,7 @@ class SequentialGate:
     method: Method
     reference_srs: list[float]
     """The baseline's task SRs, or the min SR for every task: what the method was chosen on."""
-    task_ids: tuple[str, ...] = ()
+    task_ids: tuple[str, ...]
     """The selected tasks: in min-SR mode every one of them is in the mean, none drops out."""
     baseline: Baseline | None = None
     pending: dict[int, int] = field(default_factory=lambda: defaultdict(int))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers import ROOT, TESTS, assert_one_line_usage_error, read_json, run_dir
 
-from pytest_vlaeval.gate.sequential import betting_bounds
+from pytest_vlaeval.gate.sequential import BETTING, T_TEST, betting_bounds, method_for
 from pytest_vlaeval.gate.stats import (
     mcnemar_exact,
     paired_seed_sums,
@@ -78,6 +78,15 @@ def test_betting_confidence_sequence_covers_at_every_look() -> None:
     assert ever_missed <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 2000)
     assert (upper[:, -1] - lower[:, -1]).mean() < 0.35, "it narrows as observations come"
     assert betting_bounds(np.ones(1), 0.05) == (pytest.approx([0.0]), pytest.approx([1.0])), "one seed says nothing"
+
+
+def test_the_rule_looks_at_the_spread_of_the_reference_srs_not_their_mean() -> None:
+    """Half the tasks near 0 and half near 1 average 1/2, yet their per-seed values are lumpy:
+    the t test was wrongly decided 0.10 of the time there, so the rule keeps the betting sequence."""
+    assert method_for([0.05, 0.95] * 6, 50).name == BETTING
+    assert method_for([0.5] * 12, 50).name == T_TEST
+    assert method_for([0.5] * 9, 50).name == BETTING, "fewer than 10 tasks"
+    assert method_for([0.5] * 12, 9).name == BETTING, "fewer than 10 seeds"
 
 
 def test_verdict_rules() -> None:
