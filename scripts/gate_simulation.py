@@ -8,7 +8,8 @@ Modes: ``drop`` gates against a baseline with max drop M; ``min_sr`` gates the c
 alone against min SR = (the profile's mean SR) - M, so in both a verdict is wrong when it says
 FAIL while the split SR dropped by at most M, or PASS while it dropped by more. UNDECIDED is
 never wrong. Methods: ``betting`` and ``t_test`` (each forced, sequential), ``auto`` (the
-sequential gate's own rule, ``sequential.method_for``, applied to each simulated baseline), and
+sequential gate's own rule, ``sequential.method_for``, applied to each simulated baseline, or in
+``min_sr`` mode at every look to the task SRs observed so far, as the gate does), and
 ``fixed`` (the fixed gate: its rule, one look at the end; PASS unless FAIL or it cannot FAIL;
 its PASS claims no more than "no significant regression", so only its FAILs can be wrong).
 
@@ -33,6 +34,8 @@ import numpy as np
 from pytest_vlaeval.gate import plan
 from pytest_vlaeval.gate.sequential import (
     MIN_SEEDS,
+    OBSERVED,
+    REFERENCE,
     T_TEST,
     betting_bounds,
     method_for,
@@ -101,22 +104,23 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
     true_drop = float(drops.mean())
     regressed = true_drop > max_drop + 1e-12
     ends = sorted({min(end, seeds) for end in range(BLOCK, seeds + BLOCK, BLOCK)})
-    # The rule's inputs, per replication: the realised baseline's task SRs, or the min SR.
+    # What the forced t test assumes, per replication: the realised baseline's task SRs, or the min SR.
     reference = np.full((reps, tasks), min(max(threshold, 0.0), 1.0)) if min_sr else base.mean(axis=2)
     floors = np.array([[variance_floor(list(srs), seeds)] for srs in reference])
-    chosen = np.array([method_for(list(srs), seeds).name == T_TEST for srs in reference])
+    chosen, auto_floors = rule(base, now, ends, min_sr)
 
     parts = [betting_bounds((p - low) / (high - low), alpha) for p in np.array_split(values, max(1, reps // 100))]
     bet_lower = low + (high - low) * np.concatenate([p[0] for p in parts])
     bet_upper = low + (high - low) * np.concatenate([p[1] for p in parts])
 
-    def t_test(looks: int) -> tuple[np.ndarray, np.ndarray]:
-        lower, upper = t_bounds(values, pocock_level(looks, alpha), floors, value_range)
+    def t_test(looks: int, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lower, upper = t_bounds(values, pocock_level(looks, alpha), floor, value_range)
         early = np.arange(seeds) < MIN_SEEDS - 1
         return np.where(early, low, lower), np.where(early, high, upper)
 
-    t_lower, t_upper = t_test(len(ends))
-    fixed_lower, fixed_upper = t_test(1)
+    t_lower, t_upper = t_test(len(ends), floors)
+    auto_lower, auto_upper = t_test(len(ends), auto_floors)
+    fixed_lower, fixed_upper = t_test(1, auto_floors)
     results = {}
     for method in METHODS:
         if method == "betting":
@@ -124,14 +128,12 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
         elif method == "t_test":
             lower, upper = t_lower, t_upper
         elif method == "auto":
-            lower = np.where(chosen[:, None], t_lower, bet_lower)
-            upper = np.where(chosen[:, None], t_upper, bet_upper)
+            lower, upper = np.where(chosen, auto_lower, bet_lower), np.where(chosen, auto_upper, bet_upper)
         else:
-            lower = np.where(chosen[:, None], fixed_lower, bet_lower)
-            upper = np.where(chosen[:, None], fixed_upper, bet_upper)
+            lower, upper = np.where(chosen, fixed_lower, bet_lower), np.where(chosen, fixed_upper, bet_upper)
         verdicts, spent = judge(values, lower, upper, ends if method != "fixed" else [seeds], threshold, min_sr)
         if method == "fixed":
-            can_fail = _fixed_can_fail(chosen, tasks, seeds, reference, floors, alpha, threshold, min_sr)
+            can_fail = _fixed_can_fail(chosen[:, -1], seeds, floors, alpha, threshold, min_sr)
             verdicts = np.where(verdicts == UNDECIDED, np.where(can_fail, PASS, UNDECIDED), verdicts)
         # The fixed gate's PASS claims only "no significant regression": its one controlled error
         # is a FAIL at a drop of max drop or less (a PASS above max drop is a miss, not counted).
@@ -142,7 +144,21 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
     return results
 
 
-def _fixed_can_fail(chosen, tasks, seeds, reference, floors, alpha, threshold, min_sr) -> np.ndarray:
+def rule(base: np.ndarray, now: np.ndarray, ends: list[int], min_sr: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Where the gate's rule picks the t test and the floor it gives it, shape (reps, seeds) (read
+    at the looks): chosen once on the baseline's task SRs, or at each look on the current run's."""
+    reps, _, seeds = now.shape
+    chosen, floors = np.zeros((reps, seeds), dtype=bool), np.zeros((reps, seeds))
+    looks = [(end, now[:, :, :end].mean(axis=2)) for end in ends] if min_sr else [(seeds, base.mean(axis=2))]
+    for end, srs in looks:
+        for rep, row in enumerate(srs.tolist()):
+            method = method_for(row, seeds, OBSERVED if min_sr else REFERENCE)
+            where = (rep, end - 1) if min_sr else (rep, slice(None))
+            chosen[where], floors[where] = method.name == T_TEST, method.floor
+    return chosen, floors
+
+
+def _fixed_can_fail(chosen, seeds, floors, alpha, threshold, min_sr) -> np.ndarray:
     """Whether the fixed gate could FAIL at all with ``seeds`` (the most adverse data)."""
     worst = np.full((1, seeds), 0.0 if min_sr else 1.0)
     value_range = (0.0, 1.0) if min_sr else (-1.0, 1.0)

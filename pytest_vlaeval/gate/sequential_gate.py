@@ -4,9 +4,11 @@ block, and stop the session as soon as the verdict is settled.
 Seeds are the unit (``stats``): block b holds seeds ``start + b*B ... start + (b+1)*B - 1`` of
 every task, and every task's block b is handed out before any task's block b+1 (collection
 order serially; the affinity scheduler under xdist), so a look sees complete per-seed means.
-At each look the bounds of the method ``sequential.choose`` picked at session start (the
-group-sequential t test where that is safe, else the betting confidence sequence) are taken on
-the per-seed drops against the baseline (or, with ``--vla-min-sr``, on the per-seed means):
+At each look the bounds of the method ``sequential.choose`` picked (the group-sequential t test
+where that is safe, else the betting confidence sequence) are taken on the per-seed drops
+against the baseline, the method chosen at session start on the baseline's task SRs (or, with
+``--vla-min-sr``, on the per-seed means, the method chosen again at every look on the task SRs
+observed so far, since a min SR says nothing of them):
 FAIL or PASS as soon as they exclude the other side of the threshold, UNDECIDED when the budget
 (``--episodes``) runs out first. As in the fixed comparison, a seed where some task
 has no completed episode (an error) leaves the look, so every per-seed value averages the same
@@ -25,8 +27,8 @@ import numpy as np
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.plan import Design, start_lines
-from pytest_vlaeval.gate.sequential import BETTING, Method, method_for, running_bounds
-from pytest_vlaeval.gate.stats import group_sr, paired_seed_sums
+from pytest_vlaeval.gate.sequential import BETTING, OBSERVED, Method, method_for, running_bounds
+from pytest_vlaeval.gate.stats import group_sr, paired_seed_sums, success_rate
 from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX, drop_verdict, min_sr_verdict
 from pytest_vlaeval.results.record import EpisodeRecord
 
@@ -84,6 +86,8 @@ class Look:
     estimate: float
     interval: tuple[float, float]
     verdict: str
+    method: Method
+    """How this look's bounds were taken."""
     missing: tuple[str, ...] = ()
     """Compared tasks with no completed episode up to this look: no seed pairs while any is."""
 
@@ -94,9 +98,12 @@ class SequentialGate:
 
     settings: SequentialSettings
     start_seed: int
+    seeds: int
+    """The budget: seeds per task (``--episodes``)."""
     last_block: int
     max_drop: float
     method: Method
+    """The method chosen at session start (in min-SR mode, the plan's: each look chooses again)."""
     reference_srs: list[float]
     """The baseline's task SRs, or the min SR for every task: what the method was chosen on."""
     task_ids: tuple[str, ...]
@@ -124,7 +131,17 @@ class SequentialGate:
         method = method_for(reference_srs, seeds)
         last_block = (seeds - 1) // settings.block
         task_ids = tuple(task.env_id for task in selection.tasks)
-        return cls(settings, selection.start_seed, last_block, max_drop, method, reference_srs, task_ids, baseline)
+        return cls(
+            settings=settings,
+            start_seed=selection.start_seed,
+            seeds=seeds,
+            last_block=last_block,
+            max_drop=max_drop,
+            method=method,
+            reference_srs=reference_srs,
+            task_ids=task_ids,
+            baseline=baseline,
+        )
 
     @property
     def tasks(self) -> int:
@@ -196,24 +213,24 @@ class SequentialGate:
                 {t: {s: y for s, y in o.items() if s < end} for t, o in compared.items()},
             )
             if not sums:
-                return Look(block, 0, 0.0, (-1.0, 1.0), UNDECIDED, missing)
+                return Look(block, 0, 0.0, (-1.0, 1.0), UNDECIDED, self.method, missing)
             drops = [-k / len(compared) for k in sums.values()]
-            lower, upper = self._bounds(drops, (-1.0, 1.0))
+            lower, upper = self._bounds(drops, self.method, (-1.0, 1.0))
             verdict = str(drop_verdict(lower, upper, self.max_drop))
-            return Look(block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict)
+            return Look(block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict, self.method)
         missing = tuple(t for t in self.task_ids if not current.get(t))
         seeds = [] if missing else sorted(set.intersection(*(set(current[t]) for t in self.task_ids)))
         if not seeds:
-            return Look(block, 0, 0.0, (0.0, 1.0), UNDECIDED, missing)
+            return Look(block, 0, 0.0, (0.0, 1.0), UNDECIDED, self.method, missing)
+        observed = [success_rate(sum(current[t].values()), len(current[t])) for t in self.task_ids]
+        method = method_for(observed, self.seeds, OBSERVED)
         means = [group_sr(current[t][s] for t in self.task_ids) for s in seeds]
-        lower, upper = self._bounds(means, (0.0, 1.0))
+        lower, upper = self._bounds(means, method, (0.0, 1.0))
         verdict = str(min_sr_verdict(lower, upper, self.settings.min_sr))
-        return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict)
+        return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict, method)
 
-    def _bounds(self, values: list[float], value_range: tuple[float, float]) -> tuple[float, float]:
-        lower, upper = running_bounds(
-            np.asarray(values), self.method, self.settings.alpha, self.planned_looks, value_range
-        )
+    def _bounds(self, values: list[float], method: Method, value_range: tuple[float, float]) -> tuple[float, float]:
+        lower, upper = running_bounds(np.asarray(values), method, self.settings.alpha, self.planned_looks, value_range)
         return float(lower[-1]), float(upper[-1])
 
     # -- the verdict -------------------------------------------------------------------------
@@ -228,7 +245,8 @@ class SequentialGate:
 
     @property
     def _method(self) -> str:
-        return f"sequential {self.method.name}, seeds as the unit ({self.method.reason})"
+        method = self.looks[-1].method if self.looks else self.method
+        return f"sequential {method.name}, seeds as the unit ({method.reason})"
 
     def verdict(self) -> str:
         alpha = self.settings.alpha
@@ -236,7 +254,7 @@ class SequentialGate:
             return f"{VERDICT_PREFIX}: {UNDECIDED}: no block completed; method: {self._method}, alpha {alpha:g}"
         look = self.looks[-1]
         low, high = look.interval
-        label = f"{1 - alpha:.0%} {'CS' if self.method.name == BETTING else 'bounds'}"
+        label = f"{1 - alpha:.0%} {'CS' if look.method.name == BETTING else 'bounds'}"
         if self.settings.min_sr is None:
             what = (
                 f"split SR drop {look.estimate:+.3f} [{label} {low:+.3f}, {high:+.3f}] vs max drop {self.max_drop:.3f}"

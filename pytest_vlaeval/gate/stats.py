@@ -15,7 +15,7 @@ A benchmark that gives every task the same seeds makes episodes of different tas
   design effect), kept between S (tasks perfectly correlated) and the number of episodes
   (tasks independent), with the t quantile on S - 1 degrees of freedom in place of the normal z:
   the variance is estimated from S clusters, and with the normal z the interval covered only
-  0.79-0.94 at 10 seeds or fewer when tasks correlate (0.95-0.96 with t, ``docs/gate.md``).
+  0.79-0.94 at 10 seeds or fewer when tasks correlate (0.94-0.97 with t, ``docs/gate.md``).
   Very low SRs with strongly correlated tasks stay below nominal (skew; measured in the docs).
   A group of one task gets that task's Wilson interval.
 - Paired comparison with a baseline: on the seeds where every compared task has an episode in

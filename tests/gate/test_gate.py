@@ -433,16 +433,44 @@ def test_group_sequential_gate_fails_early_under_xdist(wide: pytest.Pytester) ->
     )
 
 
-def test_min_sr_mode_chooses_its_method_by_the_same_rule(wide: pytest.Pytester) -> None:
-    args = [*WIDE, "--policy=zero", "--vla-sequential"]
-    result = wide.runpytest(*args, "--vla-min-sr=0.5")
-    assert result.ret == EXIT_GATE_FAILED
-    result.stdout.fnmatch_lines(
-        ["vlaeval gate: FAIL: split SR 0.000 ?95% bounds *? vs min SR 0.500 after 2 looks (10 seeds)*group-sequential*"]
+def test_min_sr_mode_chooses_its_method_at_each_look_on_the_observed_srs(wide: pytest.Pytester) -> None:
+    # A min SR says nothing of the tasks' own SRs, so each look applies the rule to what it saw.
+    wide.makepyfile(
+        steady="""
+        import numpy as np
+
+        class Steady:  # succeeds on the fake env's seeds whose bar is below 0.65: SR 0.4 on every task
+            chunk_size = 1
+
+            def reset(self, episode):
+                pass
+
+            def act(self, obs):
+                return np.full(7, 0.65, np.float32)
+        """
     )
-    extreme = wide.runpytest(*args, "--vla-min-sr=0.95", "--vla-run-name=extreme")
+    args = [*WIDE, "--vla-sequential"]
+    steady = wide.runpytest(*args, "--policy=steady:Steady", "--vla-min-sr=0.8", "--vla-run-name=steady")
+    assert steady.ret == EXIT_GATE_FAILED
+    steady.stdout.fnmatch_lines(
+        [
+            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.160)*",
+            "vlaeval gate: FAIL: split SR 0.400 ?95% bounds *? vs min SR 0.800 after * looks*; method: sequential "
+            "group-sequential t test, seeds as the unit (12 tasks, 30 seeds, observed task SRs' mean p(1-p) 0.240)*",
+        ]
+    )
+    never = wide.runpytest(*args, "--policy=zero", "--vla-min-sr=0.5", "--vla-run-name=never")
+    assert never.ret == EXIT_GATE_FAILED
+    never.stdout.fnmatch_lines(
+        [
+            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.250)*",
+            "vlaeval gate: FAIL: split SR 0.000 ?95% CS *? vs min SR 0.500 after * looks*; method: sequential betting "
+            "confidence sequence, seeds as the unit (observed task SRs near 0 or 1: mean p(1-p) 0.000 < 0.128)*",
+        ]
+    )
+    extreme = wide.runpytest(*args, "--policy=zero", "--vla-min-sr=0.95", "--vla-run-name=extreme")
     extreme.stdout.fnmatch_lines(
-        ["*method: sequential betting confidence sequence*(reference SRs near 0 or 1: mean p(1-p) 0.048 < 0.128)*"]
+        ["vlaeval gate plan: betting confidence sequence (reference SRs near 0 or 1: mean p(1-p) 0.048 < 0.128)*"]
     )
 
 
