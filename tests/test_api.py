@@ -52,7 +52,7 @@ class Mending(Stateful):
 
 
 def test_a_training_loop_evaluates_its_model_object_after_each_epoch(fake: pytest.Pytester) -> None:
-    threads_before = threading.active_count()
+    threads_before = set(threading.enumerate())
     model = Trainee()
     summaries: list[Summary] = []
     for epoch, weight in enumerate([0.0, 1.0]):  # the fake env succeeds when action[0] beats 0.5-0.9
@@ -74,7 +74,8 @@ def test_a_training_loop_evaluates_its_model_object_after_each_epoch(fake: pytes
         records = episode_records(summary.run_dir)
         assert {r["worker"] for r in records.values()} == {"gw0", "gw1"}
         assert {r["model"]["name"] for r in records.values()} == {"test_api:Trainee"}
-    assert threading.active_count() == threads_before, "the policy server thread is gone"
+    # Threads of earlier tests may end meanwhile: what matters is that evaluate() left none of its own.
+    assert set(threading.enumerate()) <= threads_before, "evaluate() left a thread running"
 
 
 def test_a_policy_object_without_act_batch_runs_on_one_worker(fake: pytest.Pytester) -> None:

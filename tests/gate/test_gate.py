@@ -450,24 +450,22 @@ def test_min_sr_mode_chooses_its_method_at_each_look_on_the_observed_srs(wide: p
         """
     )
     args = [*WIDE, "--vla-sequential"]
-    steady = wide.runpytest(*args, "--policy=steady:Steady", "--vla-min-sr=0.8", "--vla-run-name=steady")
-    assert steady.ret == EXIT_GATE_FAILED
-    steady.stdout.fnmatch_lines(
-        [
-            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.160)*",
-            "vlaeval gate: FAIL: split SR 0.400 ?95% bounds *? vs min SR 0.800 after * looks*; method: sequential "
-            "group-sequential t test, seeds as the unit (12 tasks, 30 seeds, observed task SRs' mean p(1-p) 0.240)*",
-        ]
-    )
-    never = wide.runpytest(*args, "--policy=zero", "--vla-min-sr=0.5", "--vla-run-name=never")
-    assert never.ret == EXIT_GATE_FAILED
-    never.stdout.fnmatch_lines(
-        [
-            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.250)*",
-            "vlaeval gate: FAIL: split SR 0.000 ?95% CS *? vs min SR 0.500 after * looks*; method: sequential betting "
-            "confidence sequence, seeds as the unit (observed task SRs near 0 or 1: mean p(1-p) 0.000 < 0.128)*",
-        ]
-    )
+    cases = {  # policy, min SR: what the plan says at start, and the verdict after the looks
+        ("steady:Steady", 0.8): (
+            "group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.160)",
+            "FAIL: split SR 0.400 ?95% bounds *? vs min SR 0.800 after * looks*; method: sequential group-sequential "
+            "t test, seeds as the unit (12 tasks, 30 seeds, observed task SRs' mean p(1-p) 0.240)",
+        ),
+        ("zero", 0.5): (
+            "group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.250)",
+            "FAIL: split SR 0.000 ?95% CS *? vs min SR 0.500 after * looks*; method: sequential betting confidence "
+            "sequence, seeds as the unit (observed task SRs near 0 or 1: mean p(1-p) 0.000 < 0.128)",
+        ),
+    }
+    for (policy, min_sr), (plan, verdict) in cases.items():
+        result = wide.runpytest(*args, f"--policy={policy}", f"--vla-min-sr={min_sr}", f"--vla-run-name={min_sr}")
+        assert result.ret == EXIT_GATE_FAILED
+        result.stdout.fnmatch_lines([f"vlaeval gate plan: {plan}*", f"vlaeval gate: {verdict}*"])
     extreme = wide.runpytest(*args, "--policy=zero", "--vla-min-sr=0.95", "--vla-run-name=extreme")
     extreme.stdout.fnmatch_lines(
         ["vlaeval gate plan: betting confidence sequence (reference SRs near 0 or 1: mean p(1-p) 0.048 < 0.128)*"]
