@@ -9,7 +9,11 @@ exit, so imports, worker start-up and the render check count everywhere they hap
 come from the ``env_built`` flag of each episode record. The machine's load moves single
 timings; compare ratios within one run (``--repeat`` takes the median of several). The "in
 episodes" column (seconds inside episodes, summed over workers) and the load average show how
-much the machine slowed each row: the same work costs more seconds on a busier machine.
+much the machine slowed each row: the same work costs more seconds on a busier machine. Where
+a pytest row's time goes: "to first" is the session's start to its first episode's start
+(imports, the render check, starting and collecting on the workers), "builds" the seconds env
+builds added (a task's first episode on a worker less that task's median later episode), and
+"ideal" what the row's episode seconds would take spread evenly over the workers.
 
     python scripts/bench_scheduling.py [--tasks A,B,...] [--episodes 6] [--workers 2] [--repeat 1] [--keep DIR]
     python scripts/bench_scheduling.py --smoke   (one task, 2 seeds, the reference and the affinity row)
@@ -27,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 TASKS = ("RememberColor3-VLA-v0", "RememberShape3-VLA-v0", "FindImposterColor3-VLA-v0", "InterceptSlow-VLA-v0")
@@ -46,6 +52,8 @@ class Row:
     """The machine's 1-minute load average at the end of each run: how noisy its timing is."""
     busy: list[float] = field(default_factory=list)
     """Seconds spent inside episodes, summed over workers (pytest rows: the records' wall times)."""
+    costs: list[Costs] = field(default_factory=list)
+    """Where each pytest run's time went."""
     builds: int = 0
     outcomes: Outcomes = field(default_factory=dict)
 
@@ -53,25 +61,50 @@ class Row:
     def wall(self) -> float:
         return statistics.median(self.walls)
 
-    def add(self, wall: float, builds: int, outcomes: Outcomes, busy: float | None) -> None:
+    def add(self, wall: float, builds: int, outcomes: Outcomes, busy: float | None, costs: Costs | None) -> None:
         self.walls.append(wall)
         self.loads.append(os.getloadavg()[0])
         if busy is not None:
             self.busy.append(busy)
+        if costs is not None:
+            self.costs.append(costs)
         self.builds, self.outcomes = builds, outcomes
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds from a pytest session's start to its first episode, and added by env builds."""
+
+    to_first: float
+    builds: float
+
+    @classmethod
+    def of(cls, records: list[dict], started: float) -> Costs:
+        def start(record: dict) -> float:
+            return datetime.fromisoformat(record["time"]).timestamp() - record["wall_time"]
+
+        later = defaultdict(list)
+        for record in records:
+            if not record["env_built"]:
+                later[record["task"]].append(record["wall_time"])
+        added = sum(
+            r["wall_time"] - statistics.median(later[r["task"]]) for r in records if r["env_built"] and later[r["task"]]
+        )
+        return cls(min(map(start, records)) - started, added)
 
 
 def run_pytest(
     mode: list[str], tasks: list[str], episodes: int, workers: int, workdir: Path
-) -> tuple[float, int, Outcomes, float]:
-    """One pytest session in a fresh directory: (wall seconds, env builds, outcomes, seconds in episodes)."""
+) -> tuple[float, int, Outcomes, float, Costs]:
+    """One pytest session in a fresh directory: (wall seconds, env builds, outcomes, seconds in
+    episodes, where the time went)."""
     workdir.mkdir(parents=True)
     command = [
         sys.executable, "-m", "pytest", "--benchmark=short", f"--vla-tasks={','.join(tasks)}",
         f"--episodes={episodes}", "-n", str(workers), *mode, "--vla-results=results",
         "-p", "no:cacheprovider", "-q", "--rootdir", str(workdir),
     ]  # fmt: skip
-    started = time.perf_counter()
+    started, epoch = time.perf_counter(), time.time()
     proc = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if proc.returncode not in (0, 1):  # 1: some episodes failed, which is a result
@@ -85,10 +118,11 @@ def run_pytest(
     if errors:
         sys.exit(f"pytest {' '.join(mode)}: {len(errors)} episodes errored, e.g. {errors[0]['message']}")
     outcomes = {(r["task"], r["seed"]): (r["success"], r["length"], round(r["episode_return"], 6)) for r in records}
-    return wall, sum(bool(r["env_built"]) for r in records), outcomes, sum(r["wall_time"] for r in records)
+    busy = sum(r["wall_time"] for r in records)
+    return wall, sum(bool(r["env_built"]) for r in records), outcomes, busy, Costs.of(records, epoch)
 
 
-def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes, None]:
+def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes, None, None]:
     """This script again, in ``--reference`` mode: a fresh process, as for the pytest rows."""
     command = [sys.executable, __file__, "--reference", f"--tasks={','.join(tasks)}", f"--episodes={episodes}"]
     started = time.perf_counter()
@@ -104,7 +138,7 @@ def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes
             result["episode_seeds"], result["successes"], result["episode_lengths"], result["returns"], strict=True
         )
     }
-    return wall, len(results), outcomes, None
+    return wall, len(results), outcomes, None, None
 
 
 def reference_main(tasks: list[str], episodes: int) -> None:
@@ -169,15 +203,19 @@ def table(rows: list[Row], tasks: list[str], episodes: int, workers: int, refere
     lines = [
         f"{len(tasks)} tasks x {episodes} seeds = {len(tasks) * episodes} episodes; pytest rows under -n {workers}",
         f"{'':<26}{'wall [s]':>9}{'env builds':>12}{'episodes/s':>12}{'x reference':>13}{'x best built-in':>17}"
-        f"{'in episodes [s]':>17}{'load':>6}",
+        f"{'in episodes [s]':>17}{'to first [s]':>14}{'builds [s]':>12}{'ideal [s]':>11}{'load':>6}",
     ]
     for row in [reference, *rows]:
         speedup = reference.wall / row.wall
         versus = "" if row is reference or best_builtin is None else f"{best_builtin / row.wall:.2f}"
         busy = f"{statistics.median(row.busy):.1f}" if row.busy else "-"
+        to_first = f"{statistics.median(c.to_first for c in row.costs):.1f}" if row.costs else "-"
+        builds = f"{statistics.median(c.builds for c in row.costs):.1f}" if row.costs else "-"
+        ideal = f"{statistics.median(row.busy) / workers:.1f}" if row.busy else "-"
         lines.append(
             f"{row.name:<26}{row.wall:>9.1f}{row.builds:>12}{len(row.outcomes) / row.wall:>12.3f}"
-            f"{speedup:>13.2f}{versus:>17}{busy:>17}{statistics.median(row.loads):>6.1f}"
+            f"{speedup:>13.2f}{versus:>17}{busy:>17}{to_first:>14}{builds:>12}{ideal:>11}"
+            f"{statistics.median(row.loads):>6.1f}"
         )
     same = all(row.outcomes == reference.outcomes for row in rows)
     lines.append(f"every row gives the same success, length and return per episode: {'yes' if same else 'NO'}")
