@@ -50,10 +50,8 @@ class Row:
     walls: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
     """The machine's 1-minute load average at the end of each run: how noisy its timing is."""
-    busy: list[float] = field(default_factory=list)
-    """Seconds spent inside episodes, summed over workers (pytest rows: the records' wall times)."""
     costs: list[Costs] = field(default_factory=list)
-    """Where each pytest run's time went."""
+    """Where each pytest run's time went (none for the reference runner, which writes no records)."""
     builds: int = 0
     outcomes: Outcomes = field(default_factory=dict)
 
@@ -61,11 +59,9 @@ class Row:
     def wall(self) -> float:
         return statistics.median(self.walls)
 
-    def add(self, wall: float, builds: int, outcomes: Outcomes, busy: float | None, costs: Costs | None) -> None:
+    def add(self, wall: float, builds: int, outcomes: Outcomes, costs: Costs | None) -> None:
         self.walls.append(wall)
         self.loads.append(os.getloadavg()[0])
-        if busy is not None:
-            self.busy.append(busy)
         if costs is not None:
             self.costs.append(costs)
         self.builds, self.outcomes = builds, outcomes
@@ -73,8 +69,10 @@ class Row:
 
 @dataclass(frozen=True)
 class Costs:
-    """Seconds from a pytest session's start to its first episode, and added by env builds."""
+    """A pytest session's seconds, from its episode records: inside episodes (summed over
+    workers), from its start to its first episode, and added by env builds."""
 
+    in_episodes: float
     to_first: float
     builds: float
 
@@ -90,14 +88,13 @@ class Costs:
         added = sum(
             r["wall_time"] - statistics.median(later[r["task"]]) for r in records if r["env_built"] and later[r["task"]]
         )
-        return cls(min(map(start, records)) - started, added)
+        return cls(sum(r["wall_time"] for r in records), min(map(start, records)) - started, added)
 
 
 def run_pytest(
     mode: list[str], tasks: list[str], episodes: int, workers: int, workdir: Path
-) -> tuple[float, int, Outcomes, float, Costs]:
-    """One pytest session in a fresh directory: (wall seconds, env builds, outcomes, seconds in
-    episodes, where the time went)."""
+) -> tuple[float, int, Outcomes, Costs]:
+    """One pytest session in a fresh directory: (wall seconds, env builds, outcomes, where the time went)."""
     workdir.mkdir(parents=True)
     command = [
         sys.executable, "-m", "pytest", "--benchmark=short", f"--vla-tasks={','.join(tasks)}",
@@ -118,11 +115,10 @@ def run_pytest(
     if errors:
         sys.exit(f"pytest {' '.join(mode)}: {len(errors)} episodes errored, e.g. {errors[0]['message']}")
     outcomes = {(r["task"], r["seed"]): (r["success"], r["length"], round(r["episode_return"], 6)) for r in records}
-    busy = sum(r["wall_time"] for r in records)
-    return wall, sum(bool(r["env_built"]) for r in records), outcomes, busy, Costs.of(records, epoch)
+    return wall, sum(bool(r["env_built"]) for r in records), outcomes, Costs.of(records, epoch)
 
 
-def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes, None, None]:
+def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes, None]:
     """This script again, in ``--reference`` mode: a fresh process, as for the pytest rows."""
     command = [sys.executable, __file__, "--reference", f"--tasks={','.join(tasks)}", f"--episodes={episodes}"]
     started = time.perf_counter()
@@ -138,7 +134,7 @@ def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes
             result["episode_seeds"], result["successes"], result["episode_lengths"], result["returns"], strict=True
         )
     }
-    return wall, len(results), outcomes, None, None
+    return wall, len(results), outcomes, None
 
 
 def reference_main(tasks: list[str], episodes: int) -> None:
@@ -208,10 +204,16 @@ def table(rows: list[Row], tasks: list[str], episodes: int, workers: int, refere
     for row in [reference, *rows]:
         speedup = reference.wall / row.wall
         versus = "" if row is reference or best_builtin is None else f"{best_builtin / row.wall:.2f}"
-        busy = f"{statistics.median(row.busy):.1f}" if row.busy else "-"
-        to_first = f"{statistics.median(c.to_first for c in row.costs):.1f}" if row.costs else "-"
-        builds = f"{statistics.median(c.builds for c in row.costs):.1f}" if row.costs else "-"
-        ideal = f"{statistics.median(row.busy) / workers:.1f}" if row.busy else "-"
+        busy, to_first, builds, ideal = (
+            (
+                f"{statistics.median(c.in_episodes for c in row.costs):.1f}",
+                f"{statistics.median(c.to_first for c in row.costs):.1f}",
+                f"{statistics.median(c.builds for c in row.costs):.1f}",
+                f"{statistics.median(c.in_episodes for c in row.costs) / workers:.1f}",
+            )
+            if row.costs
+            else ("-",) * 4
+        )
         lines.append(
             f"{row.name:<26}{row.wall:>9.1f}{row.builds:>12}{len(row.outcomes) / row.wall:>12.3f}"
             f"{speedup:>13.2f}{versus:>17}{busy:>17}{to_first:>14}{builds:>12}{ideal:>11}"

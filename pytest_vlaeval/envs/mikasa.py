@@ -7,6 +7,7 @@ and ManiSkill.
 
 from __future__ import annotations
 
+import functools
 import gc
 from typing import Any
 
@@ -95,18 +96,15 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> MikasaEnv
     return MikasaEnv(env, backend)
 
 
-_imports_frozen = False
-
-
+@functools.cache
 def _keep_imports_out_of_the_collector() -> None:
     """ManiSkill calls ``gc.collect()`` at every reconfigure reset, so at every episode here, and
     walking the objects torch, SAPIEN and ManiSkill create at import took about 0.2 s of each
     (some 5 % of a short episode on a CPU). Those objects live as long as the process: move them,
-    once, to the collector's permanent generation (``gc.freeze``). Nothing simulated changes."""
-    global _imports_frozen
-    if not _imports_frozen:
-        gc.freeze()
-        _imports_frozen = True
+    once, to the collector's permanent generation (``gc.freeze``), after one collection so that no
+    garbage is frozen with them. Nothing simulated changes."""
+    gc.collect()
+    gc.freeze()
 
 
 def _never_prompt_for_downloads() -> None:

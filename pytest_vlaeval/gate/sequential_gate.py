@@ -100,7 +100,6 @@ class SequentialGate:
     start_seed: int
     seeds: int
     """The budget: seeds per task (``--episodes``)."""
-    last_block: int
     max_drop: float
     method: Method
     """The method chosen at session start (in min-SR mode, the plan's: each look chooses again)."""
@@ -128,20 +127,13 @@ class SequentialGate:
             reference_srs = baseline.srs()
         else:
             reference_srs = [settings.min_sr] * len(selection.tasks)
-        method = method_for(reference_srs, seeds)
-        last_block = (seeds - 1) // settings.block
         task_ids = tuple(task.env_id for task in selection.tasks)
-        return cls(
-            settings=settings,
-            start_seed=selection.start_seed,
-            seeds=seeds,
-            last_block=last_block,
-            max_drop=max_drop,
-            method=method,
-            reference_srs=reference_srs,
-            task_ids=task_ids,
-            baseline=baseline,
-        )
+        method = method_for(reference_srs, seeds)
+        return cls(settings, selection.start_seed, seeds, max_drop, method, reference_srs, task_ids, baseline)
+
+    @property
+    def last_block(self) -> int:
+        return self.settings.block_of(self.seeds - 1)
 
     @property
     def tasks(self) -> int:
