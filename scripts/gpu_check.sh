@@ -95,9 +95,12 @@ join_cache() {
 }
 
 setup_loaders() {
-    local missing=()
-    ldconfig -p | grep -q 'libvulkan\.so\.1' || missing+=(libvulkan1)
-    ldconfig -p | grep -q 'libEGL\.so\.1' || missing+=(libegl1 libglvnd0)
+    local missing=() libs
+    # Read the cache once and match in bash: `ldconfig -p | grep -q` fails at random under
+    # pipefail, when grep exits at its first match and ldconfig dies of SIGPIPE.
+    libs=$(ldconfig -p)
+    [[ $libs == *"libvulkan.so.1 "* ]] || missing+=(libvulkan1)
+    [[ $libs == *"libEGL.so.1 "* ]] || missing+=(libegl1 libglvnd0)
     [ ${#missing[@]} -gt 0 ] || return 0
     local cache root="$PREFIX/sysroot"
     cache=$(join_cache)
