@@ -103,7 +103,7 @@ def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpe
     from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.episodes.runner import EpisodeRunner
 
-    runner = EpisodeRunner(run.selection, policy, run.render, run.timeout, (run.video, run.dir.videos))
+    runner = EpisodeRunner(run.selection, policy, run.render, run.timeout, (run.video, run.dir.videos), run.lockstep)
     plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note, run.sequential)
     config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
@@ -127,6 +127,7 @@ def _prepare_controller(
     """Check, claim the store and start ``--vla-serve``'s server; returns the gate and the server's address."""
     from pytest_vlaeval.distribute import placement, scheduler
     from pytest_vlaeval.envs import render
+    from pytest_vlaeval.episodes.runner import vectorized
     from pytest_vlaeval.results.store import fingerprint
 
     try:
@@ -135,11 +136,12 @@ def _prepare_controller(
             _print_plan(gate, run)
         sequential = gate if run.sequential else None
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
-        scheduler.install(config, run.selection, sequential.scheduling() if sequential else None)
+        scheduler.install(config, run.selection, sequential.scheduling() if sequential else None, run.lockstep)
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run)
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
-        store.claim(fingerprint(run.selection, run.policy.identity, run.render))
+        num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
+        store.claim(fingerprint(run.selection, run.policy.identity, run.render, num_envs))
         store.keep_spec(run.selection.benchmark)
     except (SpecError, ResultsUnwritable) as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -250,6 +252,11 @@ def _run_context(config: pytest.Config) -> RunContext:
     baseline = config.getoption("vla_baseline")
     retries = config.getoption("vla_retries")
     video = config.getoption("vla_video")
+    lockstep = config.getoption("vla_lockstep") or 1
+    if video != "none" and lockstep > 1:
+        raise SpecError(
+            f"--vla-video={video} records lone episodes; it does not combine with --vla-lockstep={lockstep}"
+        )
     if video != "none" and importlib.util.find_spec("cv2") is None:
         raise SpecError(
             f"--vla-video={video} writes videos with OpenCV, which is not installed: pip install 'pytest-vlaeval[video]'"
@@ -269,6 +276,7 @@ def _run_context(config: pytest.Config) -> RunContext:
         undecided_exit=config.getoption("vla_undecided_exit"),
         timeout=config.getoption("vla_timeout"),
         video=video,
+        lockstep=lockstep,
         sequential=_sequential(config),
     )
     return run
@@ -295,6 +303,7 @@ def _check_numeric_options(config: pytest.Config) -> None:
     (``--episodes`` is checked where the selection is made, ``--vla-shard`` where it is parsed)."""
     _check_range("--vla-timeout", config.getoption("vla_timeout"), 0, None, open_ends="low")
     _check_range("--vla-retries", config.getoption("vla_retries"), 0)
+    _check_range("--vla-lockstep", config.getoption("vla_lockstep"), 1)
     _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
     _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
     _check_range("--vla-gate-plan-probability", config.getoption("vla_gate_plan_probability"), 0, 1, open_ends="both")

@@ -51,7 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--vla-render",
         choices=RENDER_BACKENDS,
-        help="simulation/render backend: gpu when a CUDA device is present under auto, else software Vulkan [auto]",
+        help="simulation/render backend: gpu (both on the GPU), gpu-render (CPU physics, GPU rendering), cpu "
+        "(software Vulkan); auto is gpu when a CUDA device is present, else cpu [auto]",
     )
     group.addoption(
         "--vla-dist",
@@ -65,6 +66,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SPEC",
         help="GPUs of the xdist workers (CUDA_VISIBLE_DEVICES), comma-separated GPUS[:WORKERS] segments: "
         "0-3 (one GPU each), 0-1:0-3 (two workers per GPU), 0-3:0-1 (two GPUs each), all. Sets -n when not given.",
+    )
+    group.addoption(
+        "--vla-lockstep",
+        type=int,
+        metavar="K",
+        help="run K episodes of a task in lockstep in one worker, one batched policy call per step for all of "
+        "them (a policy's act_batch, else one instance per episode); one simulator of num_envs=K where the "
+        "benchmark has one (MIKASA on GPU), else K envs [1]",
     )
     group.addoption(
         "--vla-timeout",

@@ -33,6 +33,8 @@ class RunContext:
     """Exit status when the gate cannot decide."""
     timeout: float | None = None
     video: str = "none"
+    lockstep: int = 1
+    """``--vla-lockstep``: episodes of a task run together, one batched policy call per step."""
     episodes: frozenset[tuple[str, int]] = frozenset()
     """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
     subset_note: str | None = None

@@ -90,6 +90,10 @@ class EnvSettings:
     """Distributions whose versions are part of a run's fingerprint (the simulator stack)."""
     reset_options: dict[str, Any] = field(default_factory=dict)
     """Passed to every ``env.reset`` (MIKASA: rebuild the scene, so no episode depends on the last)."""
+    vector_backends: tuple[str, ...] = ()
+    """Render backends on which the factory, given ``num_envs=K``, returns one simulator stepping K
+    episodes at once (``episodes.block.RowEnvs``; MIKASA: ``gpu``). Elsewhere a lockstep block is K
+    separate envs."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -196,6 +200,7 @@ def load_benchmark(path: Path) -> Benchmark:
                 preflight=env.pop("preflight", None),
                 packages=tuple(env.pop("packages", ())),
                 reset_options=dict(env.pop("reset_options", None) or {}),
+                vector_backends=tuple(str(b) for b in env.pop("vector_backends", ())),
                 options=env,
             ),
             axes=axes,

@@ -1,28 +1,37 @@
 #!/usr/bin/env python
 """The GPU path, measured: render parity, scaling, serving and LIBERO on EGL, in one table.
 
-1. parity: the same MIKASA episodes (random policy, seeded per episode, so deterministic) under
-   ``--vla-render=auto``, which must resolve to ``gpu``, and under ``--vla-render=cpu``: success,
-   length and return side by side, with the largest difference.
+1. parity: the same MIKASA episodes (random policy, seeded per episode, so deterministic) on the
+   GPU and under ``--vla-render=cpu``: success, length and return side by side, with the largest
+   difference.
 2. scaling: env build time, step time, GPU memory and host RSS per worker and episodes/s at each
    ``-n`` of ``--workers`` on the GPU, and the CPU render path on the same cores.
-3. serving: a server (batched and batch-size-1) for a torch policy on the GPU at 1, 8 and 32
+3. blocks: one worker, ``--vla-lockstep`` K of ``--lockstep`` on one task and the same seeds:
+   episodes per hour (the session's wall, and inside its blocks), SR, and how many records equal
+   K=1's.
+4. placement: ``--vla-placement=0:0-1`` (two workers on GPU 0) against one worker, same episodes.
+5. serving: a server (batched and batch-size-1) for a torch policy on the GPU at 1, 8 and 32
    concurrent episodes, against the policy's in-process batched ceiling on the same device.
-4. libero: one LIBERO episode on EGL (the renderer the record names says which GPU or Mesa).
+6. libero: one LIBERO episode on EGL (the renderer the record names says which GPU or Mesa).
 
-Without a CUDA device it prints "no CUDA device: GPU rows skipped", runs every CPU row (CPU
-render rows, the serving ceiling on CPU, LIBERO on EGL's software renderer) and exits 0. It exits
-1 when a session breaks (an errored episode is infrastructure, never a result).
+The GPU rows simulate on the GPU (``--vla-render=gpu``) when SAPIEN's PhysX GPU library is in place
+or can be fetched; otherwise they say why, once, and run ``--vla-render=gpu-render`` (CPU physics,
+GPU rendering). Without a CUDA device it prints "no CUDA device: GPU rows skipped", runs every CPU
+row (CPU render rows, blocks of separate CPU envs, the serving ceiling on CPU, LIBERO on EGL's
+software renderer) and exits 0. It exits 1 when a session breaks (an errored episode is
+infrastructure, never a result).
 
     python scripts/gpu_bench.py [--smoke] [--tasks A,B] [--episodes 3] [--workers 1,4,8,16] [--parts ...]
 
-``--smoke`` is the few-minute version: one task, one episode, ``-n 1``, the serving benchmark's
-narrow policy at 1 and 2 episodes for half a second, and LIBERO's render check instead of an episode.
+``--smoke`` is the few-minute version: one episode per task, ``-n 1``, blocks of 1 and 2, the
+serving benchmark's narrow policy at 1 and 2 episodes for half a second, and LIBERO's render
+check instead of an episode.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -38,11 +47,16 @@ from typing import Any
 
 import bench_serving
 
+from pytest_vlaeval.envs import render
+
 SCRIPTS = Path(__file__).resolve().parent
-TASKS = ("RememberColor3-VLA-v0", "ShellGameTouch-VLA-v0")
+TASKS = ("RememberColor3-VLA-v0", "InterceptSlow-VLA-v0")
+"""Short tasks whose assets ship in the wheels: no asset pack to download, which a GPU machine may not reach."""
 LIBERO_TASK = "pick_up_the_black_bowl_between_the_plate_and_the_ramekin_and_place_it_on_the_plate"
-PARTS = ("parity", "scaling", "serving", "libero")
+PARTS = ("parity", "scaling", "blocks", "placement", "serving", "libero")
 NO_CUDA = "no CUDA device: GPU rows skipped"
+NO_LIBERO = "LIBERO's stack is not installed (scripts/gpu_check.sh --fetch-wheels --libero): LIBERO row skipped"
+NO_LAVAPIPE = "no software Vulkan (Mesa's lavapipe): CPU render rows skipped"
 WORKER_MARK = "exec(eval(sys.stdin"
 """What an xdist worker's command line holds (execnet's bootstrap): how the sampler tells workers apart."""
 
@@ -133,13 +147,22 @@ def has_cuda() -> bool:
 
 
 def run_session(
-    workdir: Path, benchmark: str, tasks: list[str], episodes: int, workers: int, render: str, gpu: bool
+    workdir: Path,
+    benchmark: str,
+    tasks: list[str],
+    episodes: int,
+    workers: int,
+    render: str,
+    gpu: bool,
+    extra: tuple[str, ...] = (),
 ) -> Session:
-    """One real pytest session under ``-n workers`` in a fresh directory, its workers sampled as it runs."""
+    """One real pytest session under ``-n workers`` (or ``extra``'s placement) in a fresh directory,
+    its workers sampled as it runs."""
     workdir.mkdir(parents=True)
     command = [
         sys.executable, "-m", "pytest", f"--benchmark={benchmark}", f"--vla-tasks={','.join(tasks)}",
-        f"--episodes={episodes}", f"--vla-render={render}", "--policy=random", "-n", str(workers),
+        f"--episodes={episodes}", f"--vla-render={render}", "--policy=random",
+        *(["-n", str(workers)] if workers else []), *extra,
         "--vla-results=results", "-p", "no:cacheprovider", "-q", "--rootdir", str(workdir),
     ]  # fmt: skip
     started = time.perf_counter()
@@ -211,6 +234,54 @@ def scaling_row(render: str, workers: int, session: Session) -> list[str]:
     return ["2 scaling", f"-n {workers}", f"--vla-render={render}", ", ".join(c for c in cells if c)]
 
 
+def blocks_rows(sessions: dict[int, Session], render: str) -> list[list[str]]:
+    """Per K: episodes per hour over the session's wall and inside its blocks, SR, and agreement with K=1."""
+    lone = sessions[min(sessions)].outcomes()
+    rows = []
+    for k, session in sorted(sessions.items()):
+        # A block's rows all carry its wall time: count it once, as 1/size of it per row.
+        in_blocks = sum(r["wall_time"] / (r.get("lockstep") or 1) for r in session.records)
+        successes = [r["success"] for r in session.records]
+        same = sum(session.outcomes()[key] == outcome for key, outcome in lone.items())
+        rows.append(
+            [
+                "3 blocks",
+                f"--vla-lockstep={k}",
+                f"--vla-render={render}",
+                f"{3600 * len(session.records) / session.wall:,.0f} episodes/h (session), "
+                f"{3600 * len(session.records) / in_blocks:,.0f} episodes/h (in blocks), "
+                f"SR {sum(successes) / len(successes):.3f} ({sum(successes)}/{len(successes)}), "
+                f"{same}/{len(lone)} records as K={min(sessions)}",
+            ]
+        )
+    return rows
+
+
+def placement_row(one: Session, two: Session, render: str) -> list[str]:
+    """Two workers on one GPU against one worker, same episodes."""
+    gpu = max(two.worker_gpu.values(), default=0) / 2**20
+    same = one.outcomes() == two.outcomes()
+    return [
+        "4 placement",
+        "--vla-placement=0:0-1 vs -n 1",
+        f"--vla-render={render}",
+        f"{len(two.records) / two.wall:.3f} vs {len(one.records) / one.wall:.3f} episodes/s "
+        f"({one.wall / two.wall:.2f}x), GPU/worker {gpu:.0f} MiB, records {'identical' if same else 'DIFFERENT'}",
+    ]
+
+
+def gpu_render_mode() -> str:
+    """``gpu`` when the GPU simulation can run here, else ``gpu-render``, saying why once."""
+    check = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.envs.render", "gpu"], capture_output=True, text=True, timeout=600
+    )
+    if check.returncode == 0:
+        return "gpu"
+    why = (check.stdout.strip() or check.stderr.strip()).splitlines()[-1]
+    print(f"GPU simulation unavailable, GPU rows use --vla-render=gpu-render (CPU physics): {why}", flush=True)
+    return "gpu-render"
+
+
 def serving_rows(pool: Any, gpu: bool, smoke: bool, logs: Path) -> list[list[str]]:
     """bench_serving's throughput table for the GPU policy (or the CPU one without a GPU)."""
     if smoke:
@@ -227,7 +298,7 @@ def serving_rows(pool: Any, gpu: bool, smoke: bool, logs: Path) -> list[list[str
     for clients, ceiling, (rate, _, p99, mean), (rate1, *_) in table:
         rows.append(
             [
-                "3 serving",
+                "5 serving",
                 f"{clients} episodes",
                 f"{policy_class.__name__} on {policy_class.device}",
                 f"batched {rate:,.0f} actions/s = {100 * rate / ceiling:.0f}% of ceiling {ceiling:,.0f}, "
@@ -239,17 +310,19 @@ def serving_rows(pool: Any, gpu: bool, smoke: bool, logs: Path) -> list[list[str
 
 def libero_row(scratch: Path, smoke: bool) -> list[str]:
     """One LIBERO episode on EGL (``--smoke``: MuJoCo's EGL render check only)."""
+    if importlib.util.find_spec("libero") is None:
+        return ["6 libero", "skipped", "-", NO_LIBERO]
     if smoke:
         check = subprocess.run(
             [sys.executable, "-m", "pytest_vlaeval.envs.libero", "auto"], capture_output=True, text=True
         )
         if check.returncode != 0:
             raise SystemExit(f"LIBERO render check failed: {(check.stdout + check.stderr).strip()[-2000:]}")
-        return ["4 libero", "EGL render check", f"MUJOCO_GL={check.stdout.strip().splitlines()[-1]}", "renders"]
+        return ["6 libero", "EGL render check", f"MUJOCO_GL={check.stdout.strip().splitlines()[-1]}", "renders"]
     session = run_session(scratch / "libero", "libero:spatial", [LIBERO_TASK], 1, 1, "auto", False)
     (record,) = session.records
     return [
-        "4 libero",
+        "6 libero",
         "1 episode",
         record["render_backend"],
         f"{record['outcome']}, {record['length']} steps, {record['wall_time']:.1f} s",
@@ -269,21 +342,27 @@ def main() -> int:
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated short-split env ids")
     parser.add_argument("--episodes", type=int, default=3, help="episodes per task [3]")
     parser.add_argument("--workers", default="1,4,8,16", help="the -n values of the scaling rows [1,4,8,16]")
+    parser.add_argument("--lockstep", default="1,8,32", help="the --vla-lockstep values of the blocks rows [1,8,32]")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts to run [{','.join(PARTS)}]")
     args = parser.parse_args()
     parts = args.parts.split(",")
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"--parts: unknown {', '.join(unknown)}; valid: {', '.join(PARTS)}")
-    tasks = TASKS[:1] if args.smoke else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     episodes = 1 if args.smoke else args.episodes
     workers = [1] if args.smoke else [int(n) for n in args.workers.split(",")]
+    lockstep = [1, 2] if args.smoke else [int(k) for k in args.lockstep.split(",")]
 
     # Client processes are forked before this process runs any torch code; they never do.
     with multiprocessing.get_context("fork").Pool(2 if args.smoke else 32) as pool:
         gpu = has_cuda()
-        if not gpu:
-            print(NO_CUDA, flush=True)
+        gpu_mode = gpu_render_mode() if gpu else None
+        cpu = render.find_lavapipe_icd() is not None
+        for missing, line in ((not gpu, NO_CUDA), (not cpu, NO_LAVAPIPE)):
+            if missing:
+                print(line, flush=True)
+        renders = [r for r in (gpu_mode, "cpu" if cpu else None) if r]
         rows: list[list[str]] = []
         with tempfile.TemporaryDirectory(prefix="gpu-bench-") as scratch_dir:
             sessions: dict[tuple[str, int], Session] = {}
@@ -295,16 +374,45 @@ def main() -> int:
                     sessions[render, n] = run_session(workdir, "short", tasks, episodes, n, render, gpu)
                 return sessions[render, n]
 
-            parity_workers = 1 if args.smoke else 4
+            parity_workers = 1 if args.smoke else min(4, max(workers))
             if "parity" in parts:
-                on_gpu = mikasa("auto", parity_workers) if gpu else None
-                if on_gpu and on_gpu.backends() != {"gpu"}:
-                    raise SystemExit(f"--vla-render=auto resolved to {sorted(on_gpu.backends())} on a CUDA machine")
-                rows += parity_rows(on_gpu, mikasa("cpu", parity_workers))
+                on_gpu = mikasa(gpu_mode, parity_workers) if gpu_mode else None
+                if on_gpu and on_gpu.backends() != {gpu_mode}:
+                    raise SystemExit(f"--vla-render={gpu_mode} ran on {sorted(on_gpu.backends())}")
+                if cpu:
+                    rows += parity_rows(on_gpu, mikasa("cpu", parity_workers))
+                else:
+                    rows.append(["1 parity", "skipped", "cpu", NO_LAVAPIPE])
             if "scaling" in parts:
-                rows += [
-                    scaling_row(r, n, mikasa(r, n)) for r in (("gpu", "cpu") if gpu else ("cpu",)) for n in workers
-                ]
+                rows += [scaling_row(r, n, mikasa(r, n)) for r in renders for n in workers]
+            block_render = gpu_mode or ("cpu" if cpu else None)
+            if "blocks" in parts and block_render:
+                runs = {
+                    k: run_session(
+                        Path(scratch_dir) / f"blocks-{k}",
+                        "short",
+                        tasks[:1],
+                        max(lockstep),
+                        1,
+                        block_render,
+                        gpu,
+                        (f"--vla-lockstep={k}",),
+                    )
+                    for k in lockstep
+                }
+                rows += blocks_rows(runs, block_render)
+            if "placement" in parts and gpu_mode:
+                two = run_session(
+                    Path(scratch_dir) / "placement",
+                    "short",
+                    tasks,
+                    episodes,
+                    0,
+                    gpu_mode,
+                    gpu,
+                    ("--vla-placement=0:0-1",),
+                )
+                rows.append(placement_row(mikasa(gpu_mode, 1), two, gpu_mode))
             if "serving" in parts:
                 rows += serving_rows(pool, gpu, args.smoke, Path(scratch_dir))
             if "libero" in parts:

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The GPU path in one command, on a machine that reaches no package index: loaders, ICDs, an
-# environment from the wheel cache, then scripts/gpu_bench.py's table (render parity, scaling,
-# serving, LIBERO on EGL). Without a CUDA device the GPU rows are skipped and the rest runs.
+# The GPU path in one command, on a machine that reaches no package index: loaders, ICDs, the
+# simulator stack from the wheel cache, then scripts/gpu_bench.py's table (render parity, scaling,
+# blocks of episodes, placement, serving, LIBERO on EGL). Without a CUDA device the GPU rows are
+# skipped and the rest runs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${VLAEVAL_GPU_CACHE:-$ROOT/.gpu-cache}     # parts of the wheel and .deb cache (git-ignored)
-PREFIX=${VLAEVAL_GPU_PREFIX:-$ROOT/.gpu-env}     # the venv, the unpacked loaders, the joined wheels
+PREFIX=${VLAEVAL_GPU_PREFIX:-$ROOT/.gpu-env}     # the installed stack, the unpacked loaders, the joined wheels
 PYTHON=${PYTHON:-python3}
 PART_MIB=${VLAEVAL_GPU_PART_MIB:-60}
 DEBS=(libvulkan1 libegl1 libglvnd0)
@@ -18,20 +19,22 @@ EGL_GLOBS=(/usr/share/glvnd/egl_vendor.d/*nvidia*.json /etc/glvnd/egl_vendor.d/*
 usage() {
     cat <<EOF
 usage: scripts/gpu_check.sh [--smoke] [GPU_BENCH_ARGS...]
-       scripts/gpu_check.sh --fetch-wheels
+       scripts/gpu_check.sh --fetch-wheels [--libero]
 
 Run scripts/gpu_bench.py's table on this machine, setting up what it lacks first:
   - the Vulkan and EGL loaders, unpacked from the cached .deb files when ldconfig finds none;
   - the NVIDIA Vulkan ICD and EGL vendor files, exported as VK_DRIVER_FILES and
     __EGL_VENDOR_LIBRARY_FILENAMES when found and not already set;
-  - when \$PYTHON ($PYTHON) cannot import the simulator stack: a venv in $PREFIX that sees the
-    system's CUDA torch, filled from the wheel cache with --no-index (no package index needed).
+  - when \$PYTHON ($PYTHON) cannot import the simulator stack: the wheel cache installed with
+    --no-index into $PREFIX/site, put first on PYTHONPATH beside \$PYTHON's own CUDA torch (no
+    package index needed), with this package; LIBERO's too when its wheels are in the cache.
 Without a CUDA device it prints "no CUDA device: GPU rows skipped" and runs the CPU rows.
 
---fetch-wheels (where a package index is reachable): download scripts/gpu-requirements.txt as
-CPython 3.12 manylinux wheels and the loaders' .deb files, in parts of at most $PART_MIB MiB under
-$CACHE/part-NN (bigger files split in pieces), so that each part can travel on its own.
---smoke: gpu_bench.py's few-minute version (one episode, -n 1, LIBERO's render check).
+--fetch-wheels (where a package index is reachable): download scripts/gpu-requirements.txt (with
+--libero also scripts/gpu-requirements-libero.txt) as CPython 3.12 manylinux wheels and the
+loaders' .deb files, in parts of at most $PART_MIB MiB under $CACHE/part-NN (bigger files split in
+pieces), so that each part can travel on its own.
+--smoke: gpu_bench.py's few-minute version (one episode per task, LIBERO's render check).
 Environment: PYTHON, VLAEVAL_GPU_CACHE, VLAEVAL_GPU_PREFIX, VLAEVAL_GPU_PART_MIB.
 EOF
 }
@@ -39,13 +42,14 @@ EOF
 say() { echo "gpu_check: $*" >&2; }
 
 fetch_wheels() {
-    local flat="$CACHE/download"
+    local flat="$CACHE/download" files=("$ROOT/scripts/gpu-requirements.txt")
+    [ "${1:-}" != --libero ] || files+=("$ROOT/scripts/gpu-requirements-libero.txt")
     mkdir -p "$flat"
     local platforms=()
     for tag in manylinux1 manylinux_2_5 manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 linux; do
         platforms+=(--platform "${tag}_x86_64")
     done
-    grep -v '^#' "$ROOT/scripts/gpu-requirements.txt" | while read -r requirement; do
+    grep -hv '^#' "${files[@]}" | while read -r requirement; do
         [ -n "$requirement" ] || continue
         "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps --ignore-requires-python \
             --only-binary=:all: --implementation cp --python-version 3.12 "${platforms[@]}" -d "$flat" "$requirement" ||
@@ -59,25 +63,20 @@ fetch_wheels() {
 }
 
 pack_parts() {
-    # Files into part-NN folders of at most PART_MIB MiB; a bigger file goes in pieces of that size.
-    local flat=$1 limit=$((PART_MIB * 1024 * 1024)) part=0
-    local used=$limit
-    find "$flat" -maxdepth 1 -type f -printf '%s %f\n' | sort -rn | while read -r size name; do
-        if [ "$size" -gt "$limit" ]; then
-            split -b "$limit" -d "$flat/$name" "$flat/$name.piece-"
-            rm "$flat/$name"
-            for piece in "$flat/$name".piece-*; do
-                part=$((part + 1))
-                mkdir -p "$CACHE/$(printf 'part-%02d' "$part")"
-                mv "$piece" "$CACHE/$(printf 'part-%02d' "$part")/"
-            done
-            continue
-        fi
-        if [ $((used + size)) -gt "$limit" ]; then part=$((part + 1)); used=0; fi
+    # Files into part-NN folders of at most PART_MIB MiB, first fit by decreasing size, after cutting
+    # every bigger file into pieces of that size: as few parts as the limit allows.
+    local flat=$1 limit=$((PART_MIB * 1024 * 1024)) used=() size name part
+    find "$flat" -maxdepth 1 -type f -size +"$((limit - 1))"c | while read -r big; do
+        split -b "$limit" -d "$big" "$big.piece-" && rm "$big"
+    done
+    while read -r size name; do
+        for ((part = 0; part < ${#used[@]}; part++)); do
+            [ $((used[part] + size)) -le "$limit" ] && break
+        done
+        used[part]=$((${used[part]:-0} + size))
         mkdir -p "$CACHE/$(printf 'part-%02d' "$part")"
         mv "$flat/$name" "$CACHE/$(printf 'part-%02d' "$part")/"
-        used=$((used + size))
-    done
+    done < <(find "$flat" -maxdepth 1 -type f -printf '%s %f\n' | sort -rn)
 }
 
 join_cache() {
@@ -137,37 +136,67 @@ setup_icds() {
     fi
 }
 
-stack_python() {
-    # $PYTHON when it already runs the stack, else the venv built from the wheel cache.
-    local probe="import pytest_vlaeval, mani_skill, sapien, mikasa_robo_suite, torch"
-    if "$PYTHON" -c "$probe" 2>/dev/null; then
-        command -v "$PYTHON"
-        return
+requirement_names() {
+    grep -hv '^#' "$@" | sed -n 's/==.*//p'
+}
+
+install_stack() {
+    # The wheel cache into $PREFIX/site, then this package (built, not editable: pytest finds the
+    # plugin by its entry point); LIBERO's wheels only when the cache holds them.
+    local cache site="$PREFIX/site" files=("$ROOT/scripts/gpu-requirements.txt")
+    cache=$(join_cache)
+    if compgen -G "$cache/robosuite-*.whl" >/dev/null; then
+        files+=("$ROOT/scripts/gpu-requirements-libero.txt")
     fi
-    if ! "$PREFIX/venv/bin/python" -c "$probe" 2>/dev/null; then
-        local cache
-        cache=$(join_cache)
-        say "building $PREFIX/venv from the wheel cache (no package index)"
-        "$PYTHON" -m venv --system-site-packages "$PREFIX/venv"
-        "$PREFIX/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "$cache" \
-            --no-deps --ignore-requires-python -r "$ROOT/scripts/gpu-requirements.txt" >&2
-        "$PREFIX/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps \
-            --no-build-isolation -e "$ROOT" >&2
+    say "installing $(requirement_names "${files[@]}" | wc -l) packages from the wheel cache into $site (no package index)"
+    for file in "${files[@]}"; do
+        "$PYTHON" -m pip install -q --disable-pip-version-check --no-index --find-links "$cache" --no-deps \
+            --ignore-requires-python --upgrade --target "$site" -r "$file" >&2
+    done
+    "$PYTHON" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+        --upgrade --target "$site" "$ROOT" >&2
+}
+
+missing_modules() {
+    # What the stack imports, from the image or the cache: one line per module that fails.
+    "$1" - <<'EOF'
+import importlib
+names = "torch numpy scipy h5py cv2 matplotlib imageio lxml networkx huggingface_hub tensorboard colorama requests"
+names += " tqdm tabulate pytest xdist yaml rich msgpack PIL packaging psutil pynvml"
+names += " gymnasium sapien mani_skill mikasa_robo_suite pytest_vlaeval"
+for name in names.split():
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        print(f"{name} ({type(exc).__name__}: {exc})")
+EOF
+}
+
+use_stack() {
+    # $PYTHON as it is when it runs the stack, else with the installed stack first on PYTHONPATH
+    # (exported here, so not in a subshell).
+    local probe="import pytest_vlaeval, mani_skill, sapien, mikasa_robo_suite, torch, xdist" missing
+    "$PYTHON" -c "$probe" 2>/dev/null && return 0
+    export PYTHONPATH="$PREFIX/site${PYTHONPATH:+:$PYTHONPATH}"
+    "$PYTHON" -c "$probe" 2>/dev/null || install_stack
+    missing=$(missing_modules "$PYTHON")
+    if [ -n "$missing" ]; then
+        say "the stack does not import with $PYTHON (PYTHONPATH=$PYTHONPATH):"
+        printf '  %s\n' "$missing" >&2
+        return 1
     fi
-    echo "$PREFIX/venv/bin/python"
 }
 
 main() {
     case "${1:-}" in
     -h | --help) usage; return 0 ;;
-    --fetch-wheels) fetch_wheels; return ;;
+    --fetch-wheels) fetch_wheels "${2:-}"; return ;;
     esac
     setup_loaders
     setup_icds
-    local python
-    python=$(stack_python)
-    say "python: $python"
-    "$python" "$ROOT/scripts/gpu_bench.py" "$@"
+    use_stack
+    say "python: $(command -v "$PYTHON")${PYTHONPATH:+ (PYTHONPATH=$PYTHONPATH)}"
+    "$PYTHON" "$ROOT/scripts/gpu_bench.py" "$@"
 }
 
 main "$@"

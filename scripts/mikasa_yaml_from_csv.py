@@ -51,6 +51,7 @@ BENCHMARK = {
         "policy_obs_keys": ["rgb", "proprio"],
         "packages": ["mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium"],
         "reset_options": {"reconfigure": True},  # a fresh scene per episode, as the reference runner resets
+        "vector_backends": ["gpu"],  # ManiSkill's GPU simulation steps num_envs scenes at once
     },
     "protocol": {"start_seed": 4242424242, "episodes": 50},
     "axes": [  # the reference runner's schema: split title-cased, sr_per_memory_type

@@ -74,10 +74,32 @@ def _first_time(marker):
     return True
 
 
-def make_env(task, benchmark, render_request):
+class FakeRows:
+    """One fake simulator of ``num_envs`` scenes stepped together (a benchmark's ``vector_backends``):
+    K fake envs behind the lockstep rows' interface; unused rows are not stepped."""
+
+    def __init__(self, task, benchmark, render_request, num_envs):
+        self.envs = [FakeEnv(task, benchmark, render_request) for _ in range(num_envs)]
+        self.num_envs = num_envs
+        self.max_episode_steps = task.max_steps
+        self.render_backend = "fake-vector"
+
+    def reset(self, seeds, options):
+        return [env.reset(seed=seed, options=options) for env, seed in zip(self.envs, seeds)]
+
+    def step(self, actions):
+        return [None if action is None else env.step(action) for env, action in zip(self.envs, actions)]
+
+    def close(self):
+        pass
+
+
+def make_env(task, benchmark, render_request, num_envs=1):
     from pytest_vlaeval.errors import EnvError
 
     if task.env_id.startswith("Broken"):
         raise EnvError(f"cannot build {task.env_id}: the fake simulator refuses")
     BUILDS.append(task.env_id)
+    if num_envs > 1:
+        return FakeRows(task, benchmark, render_request, num_envs)
     return FakeEnv(task, benchmark, render_request)

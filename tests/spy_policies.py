@@ -62,3 +62,32 @@ class Bf16Random:
         import torch
 
         return torch.as_tensor(self.policy.act(obs)).to(torch.bfloat16)
+
+
+class BatchedMemory(EpisodeMemory):
+    """``EpisodeMemory`` with ``act_batch`` too: a batch's rows keep their memory in their episode's
+    ``state``, and every ``act_batch`` call's batch size is remembered."""
+
+    batch_sizes: ClassVar[list[int]] = []
+
+    def open_episode(self, episode) -> None:
+        memory = EpisodeMemory()
+        memory.reset(episode.info)
+        episode.state["memory"] = memory
+
+    def act_batch(self, episodes, observations) -> np.ndarray:
+        BatchedMemory.batch_sizes.append(len(episodes))
+        return np.stack([e.state["memory"].act(obs) for e, obs in zip(episodes, observations, strict=True)])
+
+
+class FailsOnSeed101(EpisodeMemory):
+    """``EpisodeMemory``, except that it raises on the first action of seed 101's episodes."""
+
+    def reset(self, episode) -> None:
+        super().reset(episode)
+        self.seed = episode.seed
+
+    def act(self, obs: dict) -> np.ndarray:
+        if self.seed == 101:
+            raise RuntimeError("seed 101 broke")
+        return super().act(obs)

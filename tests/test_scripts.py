@@ -17,10 +17,14 @@ PYTHON_SCRIPTS = sorted(path.name for path in SCRIPTS.glob("*.py"))
 SHELL_SCRIPTS = ["evaluate.sh", "gpu_check.sh"]
 
 
-def run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The script as a user runs it: its own process, from the repository root, this interpreter first on PATH."""
+def run_script(
+    name: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The script as a user runs it: its own process, from the repository root, this interpreter first
+    on PATH; ``env`` adds to the environment."""
     command = [sys.executable, str(SCRIPTS / name)] if name.endswith(".py") else ["bash", str(SCRIPTS / name)]
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = {**os.environ, "PATH": path, **(env or {})}
     return subprocess.run([*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -144,15 +148,26 @@ def test_scaling_row_separates_env_builds_from_steps(gpu_bench) -> None:
 
 
 @pytest.mark.mikasa
-def test_gpu_check_without_a_gpu_runs_every_cpu_row() -> None:
-    """No CUDA device here: one line says so, the CPU rows of all four parts run, exit 0."""
-    proc = run_script("gpu_check.sh", "--smoke", timeout=900)
+def test_gpu_check_without_a_gpu_runs_every_cpu_row(tmp_path: Path) -> None:
+    """No CUDA device here: one line says so, the CPU rows of every part that has one run, exit 0.
+    Run from a fresh clone's point of view: no asset pack downloaded (``MS_ASSET_DIR`` empty), no
+    wheel cache, so the default tasks must be ones whose assets ship in the wheels."""
+    env = {"MS_ASSET_DIR": str(tmp_path / "no-asset-packs"), "VLAEVAL_GPU_CACHE": str(tmp_path / "no-cache")}
+    proc = run_script("gpu_check.sh", "--smoke", timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "no CUDA device: GPU rows skipped" in lines
-    parts = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and not line.startswith("| part")]
-    assert sorted(set(parts)) == ["1 parity", "2 scaling", "3 serving", "4 libero"]
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and not line.startswith("| part")]
+    parts = [row[0].strip() for row in rows]
+    assert sorted(set(parts)) == ["1 parity", "2 scaling", "3 blocks", "5 serving", "6 libero"], "placement needs a GPU"
     assert "gpu skipped" in proc.stdout
+    assert {row[1].strip() for row in rows if row[0].strip() == "1 parity"} >= {
+        "RememberColor3-VLA-v0 seed 4242424242",
+        "InterceptSlow-VLA-v0 seed 4242424242",
+    }
+    blocks = [row[3] for row in rows if row[0].strip() == "3 blocks"]
+    assert len(blocks) == 2 and all("2/2 records as K=1" in cell for cell in blocks), blocks
+    assert all(row[2].strip() != "skipped" for row in rows if row[0].strip() == "6 libero"), "LIBERO is installed here"
 
 
 @pytest.mark.mikasa
@@ -169,3 +184,15 @@ def test_bench_collection_smoke_counts_every_item() -> None:
     proc = run_script("bench_collection.py", "--smoke", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("exit 0: 76 items hold ")
+
+
+def test_blocks_rows_count_each_block_once_and_compare_with_k1(gpu_bench) -> None:
+    lone = [episode_record("A", seed, seed % 2 == 0, 20, 0.5) for seed in range(4)]
+    for record in lone:
+        record["worker"] = "gw0"
+    blocks = [dict(record, wall_time=3.0, lockstep=4) for record in lone]  # one block of four: one wall time
+    blocks[3] = dict(blocks[3], episode_return=0.75)
+    rows = gpu_bench.blocks_rows({1: gpu_bench.Session(8.0, lone), 4: gpu_bench.Session(6.0, blocks)}, "gpu")
+    assert [row[1] for row in rows] == ["--vla-lockstep=1", "--vla-lockstep=4"]
+    assert rows[0][3].startswith("1,800 episodes/h (session), 5,143 episodes/h (in blocks)")
+    assert rows[1][3] == "2,400 episodes/h (session), 4,800 episodes/h (in blocks), SR 0.500 (2/4), 3/4 records as K=1"

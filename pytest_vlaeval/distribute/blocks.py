@@ -29,17 +29,24 @@ class SequentialBlocks:
     settled: Callable[[], bool]
     """True once the gate's verdict is settled: send nothing more."""
 
-    def scheduling(self, config: pytest.Config, log: Producer, steps: Mapping[str, float]) -> BlockScheduling:
-        return BlockScheduling(config, log, steps, self)
+    def scheduling(
+        self, config: pytest.Config, log: Producer, steps: Mapping[str, float], lockstep: int = 1
+    ) -> BlockScheduling:
+        return BlockScheduling(config, log, steps, self, lockstep)
 
 
 class BlockScheduling(AffinityScheduling):
     """Affinity scheduling that hands out every task's block b before any task's block b+1."""
 
     def __init__(
-        self, config: pytest.Config, log: Producer | None, steps: Mapping[str, float], blocks: SequentialBlocks
+        self,
+        config: pytest.Config,
+        log: Producer | None,
+        steps: Mapping[str, float],
+        blocks: SequentialBlocks,
+        lockstep: int = 1,
     ) -> None:
-        super().__init__(config, log, steps)
+        super().__init__(config, log, steps, lockstep)
         self.blocks = blocks
 
     def _block(self, nodeid: str) -> int:
@@ -84,8 +91,9 @@ class BlockScheduling(AffinityScheduling):
         return min(unsent + running, default=None)
 
     def _lookahead(self, node: WorkerController, pending: list[int]) -> TaskQueue | None:
-        """One episode of the next block for a worker holding only its last episode of the
-        current block: xdist starts an episode once the worker holds the next one (or a shutdown)."""
+        """One episode (one lockstep block) of the next block for a worker holding only its last
+        episode of the current block: xdist starts an episode once the worker holds the next one
+        (or a shutdown)."""
         assert self.collection is not None
         current = self._current_block()
         if len(pending) != 1 or current is None or self._block(self.collection[pending[0]]) != current:
@@ -93,7 +101,7 @@ class BlockScheduling(AffinityScheduling):
         queue = self._pool_queue(node, current + 1)
         if queue is None:
             return None
-        index = queue.indices.popleft()
+        taken = self._pop(queue, 1)
         if not queue.indices:
             self.pool.remove(queue)
-        return TaskQueue(queue.task, deque([index]), queue.block)
+        return TaskQueue(queue.task, deque(taken), queue.block)

@@ -14,7 +14,9 @@ the worker holding the task, and cannot be refused because the worker ran those 
 meanwhile.
 
 The sequential gate's block order refines this scheduler (``blocks``), as xdist's ``loadfile``
-refines ``loadscope``.
+refines ``loadscope``. Under ``--vla-lockstep=K`` the unit sent is a lockstep block (K consecutive
+episodes of a task, ``nodeid.lockstep_blocks``): a worker gets a block whole, a tail is taken in
+whole blocks, and a crashed worker's blocks go back whole, so one block is one batched run.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from xdist.remote import Producer
 from xdist.report import report_collection_diff
 from xdist.workermanage import WorkerController, parse_tx_spec_config
 
-from pytest_vlaeval.episodes.nodeid import task_nodeid, task_of
+from pytest_vlaeval.episodes.nodeid import lockstep_blocks, task_nodeid, task_of
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.spec import Selection
 
@@ -39,7 +41,9 @@ from pytest_vlaeval.spec import Selection
 class SchedulingVariant(Protocol):
     """A refinement of affinity scheduling (``blocks``): builds the scheduler xdist gets."""
 
-    def scheduling(self, config: pytest.Config, log: Producer, steps: Mapping[str, float]) -> AffinityScheduling: ...
+    def scheduling(
+        self, config: pytest.Config, log: Producer, steps: Mapping[str, float], lockstep: int
+    ) -> AffinityScheduling: ...
 
 
 MIN_PENDING = 2
@@ -100,6 +104,7 @@ class AffinityScheduling:
         config: pytest.Config,
         log: Producer | None = None,
         steps: Mapping[str, float] | None = None,
+        lockstep: int = 1,
     ) -> None:
         self.numnodes = len(parse_tx_spec_config(config))
         self.steps = steps or {}
@@ -119,6 +124,9 @@ class AffinityScheduling:
         self.started: set[WorkerController] = set()
         """Workers that have finished an episode."""
         self.cost = BuildCost()
+        self.lockstep = lockstep
+        self.block_of: dict[int, int] = {}
+        """Episode index -> the first index of its lockstep block (each episode its own without lockstep)."""
 
     @property
     def nodes(self) -> list[WorkerController]:
@@ -163,6 +171,9 @@ class AffinityScheduling:
             for index, nodeid in enumerate(self.collection):
                 by_task.setdefault((task_of(nodeid), self._block(nodeid)), deque()).append(index)
             queues = [TaskQueue(task, indices, block) for (task, block), indices in by_task.items()]
+            keys = [(task_of(nodeid), self._block(nodeid)) for nodeid in self.collection]
+            for members in lockstep_blocks(keys, self.lockstep):
+                self.block_of.update(dict.fromkeys(members, members[0]))
             self.pool = sorted(queues, key=lambda q: (q.block, -self.steps.get(q.task, 1) * len(q.indices)))
         self._feed()
 
@@ -224,13 +235,33 @@ class AffinityScheduling:
                     if not self._must_wait():
                         node.shutdown()  # it runs the episode it holds, then leaves
                     break
-                batch = [queue.indices.popleft() for _ in range(min(MIN_PENDING - len(pending), len(queue.indices)))]
+                batch = self._pop(queue, MIN_PENDING - len(pending))
                 self.cold.difference_update(batch)
                 if self.node2task.get(node) != queue.task:
                     self.cold.add(batch[0])
                 self.node2task[node] = queue.task
                 pending.extend(batch)
                 node.send_runtest_some(batch)
+
+    def _pop(self, queue: TaskQueue, count: int) -> list[int]:
+        """At least ``count`` episodes from the queue's head (fewer if it holds fewer), in whole lockstep blocks."""
+        batch: list[int] = []
+        while queue.indices and len(batch) < count:
+            block = self.block_of.get(queue.indices[0], queue.indices[0])
+            while queue.indices and self.block_of.get(queue.indices[0], queue.indices[0]) == block:
+                batch.append(queue.indices.popleft())
+        return batch
+
+    def _pop_tail(self, queue: TaskQueue, count: int) -> list[int]:
+        """At most ``count`` episodes from the queue's tail, in whole lockstep blocks, in queue order."""
+        tail: list[int] = []
+        while queue.indices:
+            block = self.block_of.get(queue.indices[-1], queue.indices[-1])
+            size = sum(1 for i in queue.indices if self.block_of.get(i, i) == block)
+            if len(tail) + size > count:
+                break
+            tail += [queue.indices.pop() for _ in range(size)]
+        return tail[::-1]
 
     def _next_queue(self, node: WorkerController, pending: list[int]) -> TaskQueue | None:
         """The queue to send ``node`` its next episodes from, or None."""
@@ -265,7 +296,9 @@ class AffinityScheduling:
         if best is None:
             return None
         take, victim, queue = best
-        tail = [queue.indices.pop() for _ in range(take)][::-1]
+        tail = self._pop_tail(queue, take)
+        if not tail:
+            return None
         self.log(f"{thief.gateway.id} takes {len(tail)} episodes of {queue.task} from {victim.gateway.id}")
         return TaskQueue(queue.task, deque(tail))
 
@@ -317,15 +350,16 @@ class AffinityScheduling:
 class AffinityPlugin:
     """Controller plugin handing xdist the affinity scheduler."""
 
-    def __init__(self, steps: Mapping[str, float], blocks: SchedulingVariant | None = None) -> None:
+    def __init__(self, steps: Mapping[str, float], blocks: SchedulingVariant | None = None, lockstep: int = 1) -> None:
         self.steps = steps
         self.blocks = blocks
+        self.lockstep = lockstep
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Producer) -> AffinityScheduling:
         if self.blocks:
-            return self.blocks.scheduling(config, log, self.steps)
-        return AffinityScheduling(config, log, self.steps)
+            return self.blocks.scheduling(config, log, self.steps, self.lockstep)
+        return AffinityScheduling(config, log, self.steps, self.lockstep)
 
 
 def explicit_dist(config: pytest.Config) -> str | None:
@@ -350,13 +384,20 @@ def uses_affinity(config: pytest.Config) -> bool:
     return requested == "affinity" or (requested is None and dist is None)
 
 
-def install(config: pytest.Config, selection: Selection, blocks: SchedulingVariant | None = None) -> None:
+def install(
+    config: pytest.Config, selection: Selection, blocks: SchedulingVariant | None = None, lockstep: int = 1
+) -> None:
     """Register the affinity scheduler on the controller when this session uses it."""
     distributed = config.pluginmanager.has_plugin("xdist") and (
         config.getoption("numprocesses", None) or config.getoption("tx", None)
     )
     if blocks and distributed and not uses_affinity(config):
         raise SpecError("--vla-sequential orders seeds in blocks with the affinity scheduler: drop --dist/--vla-dist")
+    if lockstep > 1 and distributed and not uses_affinity(config):
+        raise SpecError(
+            f"--vla-lockstep={lockstep} sends each block of episodes to one worker with the affinity scheduler: "
+            "drop --dist/--vla-dist"
+        )
     if uses_affinity(config) and config.pluginmanager.has_plugin("xdist"):
         if config.getoption("tx") and config.option.dist == "no":
             # Gateways alone (--tx, no -n) start xdist only with a --dist mode; "load" just turns
@@ -365,4 +406,4 @@ def install(config: pytest.Config, selection: Selection, blocks: SchedulingVaria
         steps = {
             task_nodeid(selection.benchmark.name, task.split, task.env_id): task.max_steps for task in selection.tasks
         }
-        config.pluginmanager.register(AffinityPlugin(steps, blocks), "vlaeval-scheduler")
+        config.pluginmanager.register(AffinityPlugin(steps, blocks, lockstep), "vlaeval-scheduler")

@@ -28,7 +28,7 @@ import numpy as np
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
-GL_BACKENDS = {"auto": None, "gpu": "egl", "cpu": "osmesa"}
+GL_BACKENDS = {"auto": None, "gpu": "egl", "gpu-render": "egl", "cpu": "osmesa"}
 """``--vla-render`` -> MUJOCO_GL. ``auto`` keeps the user's MUJOCO_GL, else EGL (Mesa's llvmpipe
 without a GPU); ``cpu`` forces OSMesa (software); images are identical between the two here."""
 

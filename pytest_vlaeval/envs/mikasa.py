@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import gc
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from pytest_vlaeval.envs import render
+from pytest_vlaeval.episodes.loop import env_call
 from pytest_vlaeval.errors import AssetMissing, EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
@@ -58,9 +60,79 @@ class MikasaEnv:
         self.env.close()
 
 
-def make_env(task: Task, benchmark: Benchmark, render_request: str) -> MikasaEnv:
+class MikasaRows:
+    """Up to ``num_envs`` seeds of a task in one ManiSkill GPU simulation (``num_envs=K``), as the
+    rows of a lockstep block (``episodes.block.RowEnvs``).
+
+    Reset gives one seed per row, as ManiSkill seeds a vector env (``reset(seed=[...])``); a block
+    shorter than K fills its unused rows with its last seed, steps them with zero actions and
+    drops them, so every block runs in a simulator of the same size. Each row's observation keeps
+    the lone env's leading axis of 1, so a policy sees the shapes it sees alone.
+    """
+
+    def __init__(self, env: Any, render_backend: str) -> None:
+        self.env = env
+        self.render_backend = render_backend
+        self.num_envs = int(env.unwrapped.num_envs)
+        self.max_episode_steps = int(env.max_episode_steps)
+        self.device = getattr(env.unwrapped, "device", None)
+
+    def reset(self, seeds: Sequence[int], options: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        padded = [*seeds, *[seeds[-1]] * (self.num_envs - len(seeds))]
+        obs, info = env_call(self.env.reset, seed=padded, options=options)
+        return [(_row_of(obs, i, self.num_envs), _row_of(info, i, self.num_envs)) for i in range(len(seeds))]
+
+    def step(self, actions: Sequence[np.ndarray | None]) -> list[tuple[Any, float, bool, bool, dict[str, Any]] | None]:
+        width = next(a.shape[-1] for a in actions if a is not None)
+        batch = np.zeros((self.num_envs, width), dtype=np.float32)
+        for i, action in enumerate(actions):
+            if action is not None:
+                batch[i] = action.reshape(-1)
+        tensor = torch.as_tensor(batch, device=self.device)  # a fresh tensor per step, as alone
+        obs, reward, terminated, truncated, info = env_call(self.env.step, tensor)
+        rewards, terminations, truncations = _flat(reward), _flat(terminated), _flat(truncated)
+        successes = _flat(info.get("success"))
+        results: list[tuple[Any, float, bool, bool, dict[str, Any]] | None] = []
+        for i, action in enumerate(actions):
+            if action is None:
+                results.append(None)
+                continue
+            row_info = _row_of(info, i, self.num_envs)
+            row_info["success"] = bool(successes[i]) if successes.size else False
+            row_obs = _row_of(obs, i, self.num_envs)
+            results.append((row_obs, float(rewards[i]), bool(terminations[i]), bool(truncations[i]), row_info))
+        return results
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _row_of(value: Any, row: int, rows: int) -> Any:
+    """Row ``row`` of a batched value: tensors and arrays with a leading axis of ``rows`` keep a
+    leading axis of 1 (as a lone env gives them), lists of ``rows`` give their item, mappings
+    recurse, anything else is the same for every row."""
+    if isinstance(value, dict):
+        return {key: _row_of(item, row, rows) for key, item in value.items()}
+    if (torch.is_tensor(value) or isinstance(value, np.ndarray)) and value.ndim and value.shape[0] == rows:
+        return value[row : row + 1]
+    if isinstance(value, (list, tuple)) and len(value) == rows and rows > 1:
+        return value[row]
+    return value
+
+
+def _flat(value: Any) -> np.ndarray:
+    """A per-row tensor or array as a flat numpy array (empty for None)."""
+    if value is None:
+        return np.zeros(0)
+    if torch.is_tensor(value):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value).reshape(-1)
+
+
+def make_env(task: Task, benchmark: Benchmark, render_request: str, num_envs: int = 1) -> MikasaEnv | MikasaRows:
     """Build ``task``'s canonical env: ``gym.make`` with the protocol's settings, then
-    ``apply_mikasa_vla_wrappers(include_overlays=False)``."""
+    ``apply_mikasa_vla_wrappers(include_overlays=False)``; with ``num_envs`` over 1, one GPU
+    simulation of that many copies of the scene, as lockstep rows (``MikasaRows``)."""
     backend = render.resolve_backend(render_request)
     render.set_backend_env(backend)
     if backend == "cpu":
@@ -73,10 +145,12 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> MikasaEnv
 
     _keep_imports_out_of_the_collector()
     options = benchmark.env.options
+    if num_envs > 1 and backend not in benchmark.env.vector_backends:
+        raise EnvError(f"num_envs={num_envs} needs ManiSkill's GPU simulation; the render backend is {backend}")
     try:
         env = gym.make(
             task.env_id,
-            num_envs=1,
+            num_envs=num_envs,
             obs_mode=options["obs_mode"],
             control_mode=options["control_mode"],
             reward_mode=options["reward_mode"],
@@ -93,7 +167,7 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> MikasaEnv
         raise EnvError(
             f"{task.env_id}: benchmark file says {task.max_steps} max steps, the env says {env.max_episode_steps}"
         )
-    return MikasaEnv(env, backend)
+    return MikasaRows(env, backend) if num_envs > 1 else MikasaEnv(env, backend)
 
 
 @functools.cache

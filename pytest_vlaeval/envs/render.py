@@ -5,6 +5,10 @@
 any env is built: SAPIEN's ``RenderSystem`` only finds lavapipe when called without a device,
 and ManiSkill calls ``torch.cuda.synchronize()`` unconditionally after rendering.
 
+The GPU path simulates with PhysX on the GPU, whose library SAPIEN downloads at first use (from
+GitHub, into ``~/.sapien/physx/<version>/``); ``gpu-render`` keeps the simulation on the CPU and
+renders on the GPU, which needs no such download.
+
 ``python -m pytest_vlaeval.envs.render BACKEND`` checks, in a throwaway process, that the backend can
 render at all; the plugin runs it before a session so a broken machine fails in one line.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+from pathlib import Path
 
 from pytest_vlaeval.choices import RENDER_BACKENDS
 
@@ -24,6 +29,7 @@ NO_VULKAN_HINT = (
 )
 
 NO_CUDA_HINT = "the GPU path needs an NVIDIA GPU with its driver; use --vla-render=cpu (software Vulkan) or auto"
+PHYSX_GPU_LIBRARY = "libPhysXGpu_64.so"
 
 _patched = False
 
@@ -94,7 +100,27 @@ def apply_cpu_patches() -> None:
 
 def make_kwargs(backend: str) -> dict[str, str]:
     """``gym.make`` arguments that select the simulation and render devices."""
+    if backend == "gpu-render":
+        return {"sim_backend": "cpu", "render_backend": "gpu"}
     return {"sim_backend": backend, "render_backend": backend}
+
+
+def physx_gpu_problem() -> str | None:
+    """None when SAPIEN's PhysX GPU library is in place or can be fetched now, else one actionable line."""
+    import sapien.physx
+
+    folder = Path.home() / ".sapien" / "physx" / sapien.physx.version()
+    if (folder / PHYSX_GPU_LIBRARY).is_file():
+        return None
+    try:
+        sapien.physx.enable_gpu()  # downloads it where GitHub is reachable
+    except Exception as exc:
+        return (
+            f"SAPIEN's PhysX GPU library {folder / PHYSX_GPU_LIBRARY} is missing and could not be fetched "
+            f"({type(exc).__name__}): unzip the release asset linux-so.zip of sapien-sim/physx-precompiled, tag "
+            f"{sapien.physx.version()}, into {folder}, or simulate on the CPU with --vla-render=gpu-render"
+        )
+    return None
 
 
 def check(backend: str) -> str | None:
@@ -110,7 +136,7 @@ def check(backend: str) -> str | None:
     except Exception as exc:
         hint = NO_VULKAN_HINT if backend == "cpu" else NO_CUDA_HINT
         return f"no usable Vulkan device for --vla-render={backend} ({type(exc).__name__}: {exc}): {hint}"
-    return None
+    return physx_gpu_problem() if backend == "gpu" else None
 
 
 def main(argv: list[str]) -> int:

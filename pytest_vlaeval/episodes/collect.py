@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_vlaeval.episodes.nodeid import split_nodeid
+from pytest_vlaeval.episodes.nodeid import lockstep_blocks, split_nodeid
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.errors import EpisodeError, EpisodeFailed
 from pytest_vlaeval.results.record import ERROR, EpisodeRecord
@@ -39,6 +39,8 @@ class EpisodeItem(pytest.Item):
         super().__init__(**kwargs)
         self.seed = seed
         self.index = index
+        self.block: tuple[tuple[int, int], ...] = ((seed, index),)
+        """``(seed, index)`` of the episodes run in lockstep with this one, itself included."""
         self.attempts: list[EpisodeRecord] = []
 
     @property
@@ -59,9 +61,13 @@ class EpisodeItem(pytest.Item):
         return self.attempts[-1] if self.attempts else None
 
     def setup(self) -> None:
-        """Run the episode; an error is retried up to ``--vla-retries`` times."""
-        for _ in range(1 + self.retries):
-            record = self.runner.run(self.task, self.seed, self.index)
+        """Run the episode (with its lockstep block); an error is retried, alone, up to
+        ``--vla-retries`` times."""
+        for attempt in range(1 + self.retries):
+            if attempt == 0:
+                record = self.runner.record(self.task, self.seed, self.block)
+            else:
+                record = self.runner.run(self.task, self.seed, self.index)
             self.attempts.append(record)
             if record.video:
                 self.user_properties.append(("video", record.video))  # e.g. into junitxml
@@ -175,6 +181,19 @@ class BenchmarkCollection:
                 else (-1, -1, 0)
             )
         )
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Tell each episode its lockstep block (``--vla-lockstep``), as the scheduler groups them."""
+        size = self.plan.runner.lockstep
+        if size == 1:
+            return
+        items = [item for item in session.items if isinstance(item, EpisodeItem)]
+        sequential = self.plan.sequential
+        keys = [(item.task.env_id, sequential.block_of(item.index) if sequential else 0) for item in items]
+        for positions in lockstep_blocks(keys, size):
+            block = tuple((items[p].seed, items[p].index) for p in positions)
+            for p in positions:
+                items[p].block = block
 
     def pytest_unconfigure(self) -> None:
         self.plan.runner.close_env()

@@ -44,7 +44,7 @@ def run_episode(
     ``reset_options`` are the benchmark's (``env.reset_options`` of its file), given to every reset.
     ``on_frame`` (for videos) sees the observation before every step and after the last one.
     """
-    obs, info = _env_call(env.reset, seed=seed, options=dict(reset_options or {}))
+    obs, info = env_call(env.reset, seed=seed, options=dict(reset_options or {}))
     max_steps = int(env.max_episode_steps)
     instruction = instruction_text(info.get("language_instruction"))
     episode = EpisodeInfo(
@@ -63,7 +63,7 @@ def run_episode(
             output = _policy_call(policy.act, policy_view(obs, policy_obs_keys, instruction))
             actions.extend(as_action_chunk(output, action_dim, policy.chunk_size))
         # A fresh array per step: some envs zero the previous action in place on reset.
-        obs, reward, terminated, truncated, info = _env_call(env.step, actions.popleft().copy())
+        obs, reward, terminated, truncated, info = env_call(env.step, actions.popleft().copy())
         length += 1
         total_return += float(reward)
         success_once = success_once or bool(info["success"])
@@ -102,7 +102,8 @@ def _policy_call(fn: Callable[..., T], *args: Any) -> T:
     return _blame(PolicyError, "policy", fn, *args)
 
 
-def _env_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def env_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call into the env; an unexpected exception becomes ``EnvError`` naming the call."""
     return _blame(EnvError, "env", fn, *args, **kwargs)
 
 

@@ -6,6 +6,8 @@ reports them by id); they read them with these functions, never by splitting on 
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 SEP = "::"
 
 
@@ -30,3 +32,18 @@ def parse_nodeid(nodeid: str) -> tuple[str, int] | None:
     if len(parts) != 3 or not parts[2].isdigit():
         return None
     return parts[1], int(parts[2])
+
+
+def lockstep_blocks(keys: Sequence[Hashable], size: int) -> list[list[int]]:
+    """Positions of the session's episodes grouped into lockstep blocks (``--vla-lockstep``):
+    consecutive episodes with one key (their task, and block of the sequential gate), ``size`` at
+    a time. The controller's scheduler (keys from node ids) and every worker (keys from its items)
+    group the same collection, so they agree on every block."""
+    blocks: list[list[int]] = []
+    previous: Hashable = object()
+    for position, key in enumerate(keys):
+        if key != previous or len(blocks[-1]) == size:
+            blocks.append([])
+        blocks[-1].append(position)
+        previous = key
+    return blocks

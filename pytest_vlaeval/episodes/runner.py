@@ -3,26 +3,33 @@
 The env is kept while consecutive episodes belong to the same task (a build costs seconds, a
 reset a fraction of one) and closed before the next task's env is built, so a worker's memory
 does not grow with the number of tasks.
+
+Under ``--vla-lockstep=K`` the env is a block of K rows (``episodes.block``) and the policy an
+engine called once per step for all of them (``policy.batched``): the first episode of a block to
+run runs the whole block, and its block-mates take their records from here.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.envs import assets
+from pytest_vlaeval.episodes.block import SeparateEnvs, run_block
 from pytest_vlaeval.episodes.deadline import deadline
-from pytest_vlaeval.episodes.loop import run_episode
+from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.episodes.video import EpisodeVideo
 from pytest_vlaeval.errors import AssetMissing, EnvError, EpisodeError, EpisodeTimeout, PolicyError
 from pytest_vlaeval.importing import load_reference, split_reference
+from pytest_vlaeval.policy.batched import PolicyEngine
 from pytest_vlaeval.policy.contract import Policy, describe_policy
 from pytest_vlaeval.policy.loading import build_policy
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, error_record, outcome_message, timestamp
 from pytest_vlaeval.results.rundir import video_file
-from pytest_vlaeval.spec import Selection, Task
+from pytest_vlaeval.spec import Benchmark, Selection, Task
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import PolicySpec
@@ -36,6 +43,7 @@ class EpisodeRunner:
         render_request: str,
         timeout: float | None = None,
         video: tuple[str, Path] = ("none", Path("videos")),
+        lockstep: int = 1,
     ) -> None:
         self.selection = selection
         self.policy_spec = policy
@@ -43,6 +51,8 @@ class EpisodeRunner:
         self.render_request = render_request
         self.timeout = timeout
         self.video_mode, self.video_dir = video
+        self.lockstep = lockstep
+        """Episodes run together in one block (1: each alone, ``run_episode``)."""
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.env_builds = 0
         self._policy: Policy | None = None
@@ -50,9 +60,30 @@ class EpisodeRunner:
         self._env: Any = None
         self._env_task: str | None = None
         self._env_error: EnvError | None = None
+        self._engine: PolicyEngine | None = None
+        self._engine_error: EpisodeError | None = None
+        self._block_records: dict[tuple[str, int], EpisodeRecord] = {}
+        """Records of episodes a block-mate ran, until their own item asks."""
+
+    def record(self, task: Task, seed: int, block: Sequence[tuple[int, int]]) -> EpisodeRecord:
+        """The episode's record: run now with its block ``(seed, index)`` (itself alone without
+        lockstep), or run earlier by a block-mate."""
+        kept = self._block_records.pop((task.env_id, seed), None)
+        if kept is not None:
+            return kept
+        if self.lockstep == 1:
+            ((_, index),) = block
+            return self.run(task, seed, index)
+        records = self.run_block(task, block)
+        for record in records:
+            self._block_records[record.key] = record
+        return self._block_records.pop((task.env_id, seed))
 
     def run(self, task: Task, seed: int, episode_index: int) -> EpisodeRecord:
-        """Run one episode; every harness-side problem becomes an error record, never a failure."""
+        """Run one episode (in a block of one under lockstep); every harness-side problem becomes an
+        error record, never a failure."""
+        if self.lockstep > 1:
+            return self.run_block(task, [(seed, episode_index)])[0]
         started = time.perf_counter()
         fields: dict[str, Any] = {}
         try:
@@ -93,20 +124,69 @@ class EpisodeRunner:
                 render_backend=self._render_backend(),
                 **fields,
             )
-        return EpisodeRecord(
-            task=task.env_id,
-            seed=seed,
-            outcome=SUCCESS if result.success else FAILURE,
-            success=result.success,
-            episode_return=result.episode_return,
-            length=result.length,
-            message=outcome_message(result.success, result.length, result.episode_return),
+        return _completed(
+            task.env_id,
+            seed,
+            result,
             wall_time=_since(started),
             worker=self.worker,
-            time=timestamp(),
             render_backend=self._render_backend(),
             **fields,
         )
+
+    def run_block(self, task: Task, block: Sequence[tuple[int, int]]) -> list[EpisodeRecord]:
+        """Run a block of the task's episodes in lockstep, one record per ``(seed, index)``, in order.
+        Its limit is ``--vla-timeout`` times the block's size (rows may be stepped one by one)."""
+        started = time.perf_counter()
+        seeds = [seed for seed, _ in block]
+        fields: dict[str, Any] = {"lockstep": len(block)}
+        limit = self.timeout * len(block) if self.timeout else None
+        try:
+            with deadline(limit, f"{task.env_id} seeds {seeds}", hard=self.worker != "main"):
+                engine = self.engine()
+                fields.update(chunk_size=engine.chunk_size, model=engine.model)
+                builds = self.env_builds
+                rows = self.env_for(task)
+                fields["env_built"] = self.env_builds > builds
+                benchmark = self.selection.benchmark
+                outcomes = run_block(
+                    rows,
+                    engine,
+                    task=task.env_id,
+                    seeds=seeds,
+                    indices=[index for _, index in block],
+                    action_dim=benchmark.env.action_dim,
+                    policy_obs_keys=benchmark.env.policy_obs_keys,
+                    reset_options=benchmark.env.reset_options,
+                )
+        except EpisodeError as exc:
+            outcomes = [exc] * len(block)
+        if any(isinstance(o, EnvError) for o in outcomes):
+            self.close_env()  # a simulator that failed is not trusted again
+        common = dict(worker=self.worker, wall_time=_since(started), render_backend=self._render_backend(), **fields)
+        return [
+            error_record(task.env_id, seed, outcome, **common)
+            if isinstance(outcome, EpisodeError)
+            else _completed(task.env_id, seed, outcome, **common)
+            for seed, outcome in zip(seeds, outcomes, strict=True)
+        ]
+
+    def engine(self) -> PolicyEngine:
+        """The policy as a lockstep block calls it: one batched instance, or one instance per row."""
+        if self._engine_error is not None:
+            raise self._engine_error
+        if self._engine is None:
+            benchmark = self.selection.benchmark
+            try:
+                self._engine = PolicyEngine(
+                    self.policy_spec,
+                    benchmark.env.action_dim,
+                    lambda: build_policy(self.policy_spec, benchmark.env.action_dim, benchmark.name),
+                )
+            except PolicyError as exc:
+                self._engine_error = exc
+                raise
+        return self._engine
 
     def policy(self) -> Policy:
         if self._policy_error is not None:
@@ -128,7 +208,7 @@ class EpisodeRunner:
         self.close_env()
         try:
             self._check_assets(task)
-            env = self._factory()(task, self.selection.benchmark, self.render_request)
+            env = self._build(task)
         except EpisodeTimeout:
             raise  # not remembered: the next episode of this task tries to build again
         except EnvError as exc:
@@ -137,6 +217,24 @@ class EpisodeRunner:
         self._env_task, self._env = task.env_id, env
         self.env_builds += 1
         return env
+
+    def _build(self, task: Task) -> Any:
+        """The task's env, or under lockstep its block of rows: one simulator of ``num_envs=K`` where
+        the benchmark offers one on this render backend, else K of its envs."""
+        factory, benchmark = self._factory(), self.selection.benchmark
+        if self.lockstep == 1:
+            return factory(task, benchmark, self.render_request)
+        if vectorized(benchmark, self.render_request):
+            return factory(task, benchmark, self.render_request, num_envs=self.lockstep)
+        envs: list[Any] = []
+        try:
+            for _ in range(self.lockstep):
+                envs.append(factory(task, benchmark, self.render_request))
+        except BaseException:
+            for env in envs:
+                env.close()
+            raise
+        return SeparateEnvs(envs)
 
     def close_env(self) -> None:
         env, self._env, self._env_task, self._env_error = self._env, None, None, None
@@ -162,6 +260,30 @@ class EpisodeRunner:
 
     def _render_backend(self) -> str | None:
         return getattr(self._env, "render_backend", None)
+
+
+def vectorized(benchmark: Benchmark, render_request: str) -> bool:
+    """Whether a lockstep block is one simulator of ``num_envs=K`` (the benchmark's
+    ``vector_backends``) rather than K separate envs, for this render request."""
+    if not benchmark.env.vector_backends:
+        return False
+    from pytest_vlaeval.envs.render import resolve_backend
+
+    return resolve_backend(render_request) in benchmark.env.vector_backends
+
+
+def _completed(task: str, seed: int, result: EpisodeResult, **fields: Any) -> EpisodeRecord:
+    return EpisodeRecord(
+        task=task,
+        seed=seed,
+        outcome=SUCCESS if result.success else FAILURE,
+        success=result.success,
+        episode_return=result.episode_return,
+        length=result.length,
+        message=outcome_message(result.success, result.length, result.episode_return),
+        time=timestamp(),
+        **fields,
+    )
 
 
 def _since(started: float) -> float:

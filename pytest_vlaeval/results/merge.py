@@ -123,7 +123,10 @@ def rerun_command(fingerprint: dict[str, Any], *extra: str) -> str:
         f"--policy={fingerprint['policy']}",
     ]
     args += [f"--vla-tasks={','.join(fingerprint['tasks'])}", f"--episodes={fingerprint['episodes']}"]
-    args += [f"--vla-start-seed={fingerprint['start_seed']}", f"--vla-render={fingerprint['render']}", *extra]
+    args += [f"--vla-start-seed={fingerprint['start_seed']}", f"--vla-render={fingerprint['render']}"]
+    if fingerprint.get("num_envs", 1) > 1:
+        args.append(f"--vla-lockstep={fingerprint['num_envs']}")  # the same simulator batch, or another run
+    args += extra
     return shlex.join(args)
 
 

@@ -37,6 +37,8 @@ class EpisodeRecord:
     render_backend: str | None = None
     env_built: bool | None = None
     """Whether this episode's env was built for it (not kept from the worker's previous episode)."""
+    lockstep: int | None = None
+    """The size of the block this episode ran in lockstep with (``--vla-lockstep``); None alone."""
     replayed_resets: int | None = None
     """Env resets replayed before this episode to reach its canonical RNG state (LIBERO); None
     where the benchmark's episodes need none."""

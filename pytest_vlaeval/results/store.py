@@ -37,8 +37,10 @@ def run_dir_name(selection: Selection, policy_spec: str) -> str:
     return name
 
 
-def fingerprint(selection: Selection, policy_spec: str, render: str) -> dict[str, Any]:
-    """What must match for two sessions' episodes to belong to one run."""
+def fingerprint(selection: Selection, policy_spec: str, render: str, num_envs: int = 1) -> dict[str, Any]:
+    """What must match for two sessions' episodes to belong to one run. ``num_envs``: episodes one
+    simulator steps together (MIKASA's GPU simulation under ``--vla-lockstep``), recorded when over
+    1: its physics is not that of a lone env, so runs with another value are another run."""
     benchmark = selection.benchmark
     return {
         "benchmark": benchmark.name,
@@ -51,7 +53,7 @@ def fingerprint(selection: Selection, policy_spec: str, render: str) -> dict[str
         "policy": policy_spec,
         "render": render,
         "packages": {name: _version(name) for name in ("pytest-vlaeval", *benchmark.env.packages)},
-    }
+    } | ({"num_envs": num_envs} if num_envs > 1 else {})
 
 
 class RunStore:

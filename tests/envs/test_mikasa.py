@@ -116,6 +116,40 @@ def test_order_independence_serial_xdist_and_reversed(parallel, serial) -> None:
     assert runner.env_builds == len(TASKS), "one env per task, reused across its seeds"
 
 
+@pytest.fixture(scope="module")
+def lockstep(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    return run_session(tmp_path_factory.mktemp("lockstep"), "-n", "2", "--vla-lockstep=2")
+
+
+def test_lockstep_blocks_give_the_lone_records_in_any_order(parallel, lockstep) -> None:
+    """Blocks of two seeds (two CPU envs a block, one batched policy call a step) under -n 2, then
+    each block run in-process with its seeds reversed: every record is the lone episode's."""
+    proc, run_dir = lockstep
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    records = episode_records(run_dir)
+    by_blocks = comparable(records)
+    assert len(by_blocks) == 4 and by_blocks == comparable(episode_records(parallel[1]))
+    for env_id in TASKS:
+        assert {records[env_id, seed]["lockstep"] for seed in SEEDS} == {2}
+        assert len({records[env_id, seed]["worker"] for seed in SEEDS}) == 1, "a block runs on one worker"
+    ycb = [records[YCB_TASK, seed] for seed in SEEDS]
+    assert [r["error_kind"] for r in ycb] == ["asset", "asset"], "a block that cannot be built errs, whole"
+
+    benchmark, _ = resolve_benchmark("mikasa:short")
+    selection = select(benchmark, "short", env_ids=list(TASKS), episodes=2)
+    runner = EpisodeRunner(selection, parse_policy("random"), "auto", lockstep=2)
+    reversed_records = {}
+    try:
+        for env_id in reversed(TASKS):
+            block = list(reversed(list(zip(SEEDS, range(2)))))
+            for record in runner.run_block(benchmark.task(env_id), block):
+                reversed_records[record.key] = record.to_dict()
+    finally:
+        runner.close_env()
+    assert comparable(reversed_records) == by_blocks
+    assert runner.env_builds == len(TASKS), "one block of envs per task"
+
+
 def test_parity_with_the_reference_run_episode_on_fresh_envs(serial) -> None:
     """The package's own ``run_episode``, each episode on a freshly built env, same policy."""
     import gymnasium as gym

@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError
-from pytest_vlaeval.serving.server.engine import Outcome, ServedEpisode
+from pytest_vlaeval.policy.batched import BatchEpisode, Outcome
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
-Forward = Callable[[Sequence[ServedEpisode], Sequence[dict[str, Any]]], Awaitable[list[Outcome]]]
+Forward = Callable[[Sequence[BatchEpisode], Sequence[dict[str, Any]]], Awaitable[list[Outcome]]]
 
 
 @dataclass(eq=False)
 class Request:
-    episode: ServedEpisode
+    episode: BatchEpisode
     obs: dict[str, Any]
     future: asyncio.Future[Outcome]
     arrived: float
@@ -53,14 +53,14 @@ class Batcher:
     def waiting(self) -> int:
         return len(self._pending)
 
-    def submit(self, episode: ServedEpisode, obs: dict[str, Any]) -> asyncio.Future[Outcome]:
+    def submit(self, episode: BatchEpisode, obs: dict[str, Any]) -> asyncio.Future[Outcome]:
         loop = asyncio.get_running_loop()
         request = Request(episode, obs, loop.create_future(), loop.time())
         self._pending.append(request)
         self._arrival.set()
         return request.future
 
-    def withdraw(self, episode: ServedEpisode) -> None:
+    def withdraw(self, episode: BatchEpisode) -> None:
         """Forget an episode's waiting request (its episode closed); one already running is dropped on return."""
         for request in [r for r in self._pending if r.episode is episode]:
             self._pending.remove(request)

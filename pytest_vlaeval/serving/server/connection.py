@@ -15,7 +15,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from pytest_vlaeval.serving.server.engine import Outcome, ServedEpisode
+from pytest_vlaeval.policy.batched import BatchEpisode, Outcome
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Connection:
 
 @dataclass(eq=False)
 class OpenEpisode:
-    episode: ServedEpisode
+    episode: BatchEpisode
     connection: Connection
     last_active: float
     request: asyncio.Future[Outcome] | None = None

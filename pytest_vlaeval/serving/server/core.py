@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from pytest_vlaeval.policy.batched import PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode
-from pytest_vlaeval.serving.server.engine import PolicyEngine
 from pytest_vlaeval.serving.server.table import EpisodeTable
 
 

@@ -25,10 +25,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
+from pytest_vlaeval.policy.batched import BatchEpisode, Outcome, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.batcher import Batcher
 from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, ServerConfig
-from pytest_vlaeval.serving.server.engine import Outcome, PolicyEngine, ServedEpisode
 from pytest_vlaeval.serving.server.table import EpisodeTable
 from pytest_vlaeval.serving.transports import BY_PROTOCOL, PROTOCOLS
 from pytest_vlaeval.serving.wire import vlaeval as protocol
@@ -218,7 +218,7 @@ class PolicyServer:
         engine = self.engine
         return await self.table.admit(connection, episode_id, info, lambda e: self._in_policy_thread(engine.open, e))
 
-    def _release(self, episode: ServedEpisode) -> None:
+    def _release(self, episode: BatchEpisode) -> None:
         """A closed episode's queued requests go, and its state (on the policy thread)."""
         self.batcher.withdraw(episode)
         if self.engine is not None:
@@ -237,9 +237,7 @@ class PolicyServer:
 
     # -- the policy thread ---------------------------------------------------------------------
 
-    async def _forward(
-        self, episodes: Sequence[ServedEpisode], observations: Sequence[dict[str, Any]]
-    ) -> list[Outcome]:
+    async def _forward(self, episodes: Sequence[BatchEpisode], observations: Sequence[dict[str, Any]]) -> list[Outcome]:
         assert self.engine is not None
         return await self._in_policy_thread(self.engine.act, episodes, observations)
 

@@ -10,10 +10,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pytest_vlaeval.policy.contract import EpisodeInfo, episode_rng
+from pytest_vlaeval.policy.batched import BatchEpisode, Outcome
+from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.admission import EpisodeSlots
 from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
-from pytest_vlaeval.serving.server.engine import Outcome, ServedEpisode
 from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 log = logging.getLogger("pytest_vlaeval.serving")
@@ -28,8 +28,8 @@ class EpisodeTable:
         max_episodes: int,
         admission_timeout_s: float,
         idle_timeout_s: float,
-        submit: Callable[[ServedEpisode, dict[str, Any]], asyncio.Future[Outcome]],
-        release: Callable[[ServedEpisode], None],
+        submit: Callable[[BatchEpisode, dict[str, Any]], asyncio.Future[Outcome]],
+        release: Callable[[BatchEpisode], None],
     ) -> None:
         self.max_episodes = max_episodes
         self.admission_timeout_s = admission_timeout_s
@@ -49,7 +49,7 @@ class EpisodeTable:
         connection: Connection,
         episode_id: str,
         info: EpisodeInfo,
-        reset: Callable[[ServedEpisode], Awaitable[Any]],
+        reset: Callable[[BatchEpisode], Awaitable[Any]],
     ) -> OpenEpisode:
         """Wait for a slot, register the episode and ``reset`` its state in the policy."""
         if episode_id in self.episodes:
@@ -71,7 +71,7 @@ class EpisodeTable:
             if episode_id in self.episodes:
                 raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
             loop = asyncio.get_running_loop()
-            entry = OpenEpisode(ServedEpisode(episode_id, info, episode_rng(info)), connection, loop.time())
+            entry = OpenEpisode(BatchEpisode.of(episode_id, info), connection, loop.time())
         except BaseException:
             self.slots.release()
             raise

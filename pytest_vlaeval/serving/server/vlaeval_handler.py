@@ -14,8 +14,8 @@ from pytest_vlaeval.serving.wire import vlaeval as protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from pytest_vlaeval.policy.batched import Outcome
     from pytest_vlaeval.serving.server.core import ServerCore
-    from pytest_vlaeval.serving.server.engine import Outcome
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
