@@ -55,9 +55,11 @@ def start(config: pytest.Config) -> None:
             run = _plan(run, latest)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
+    from pytest_vlaeval.distribute.cpu_share import share_cpu_threads
     from pytest_vlaeval.episodes.deadline import keep_session_stderr
 
     keep_session_stderr()
+    share_cpu_threads()
     _interrupt_on_termination(config)
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:

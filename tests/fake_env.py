@@ -85,10 +85,10 @@ class FakeRows:
         self.render_backend = "fake-vector"
 
     def reset(self, seeds, options):
-        return [env.reset(seed=seed, options=options) for env, seed in zip(self.envs, seeds)]
+        return [env.reset(seed=seed, options=options) for env, seed in zip(self.envs, seeds, strict=False)]
 
     def step(self, actions):
-        return [None if action is None else env.step(action) for env, action in zip(self.envs, actions)]
+        return [None if action is None else env.step(action) for env, action in zip(self.envs, actions, strict=True)]
 
     def close(self):
         pass

@@ -91,3 +91,14 @@ class FailsOnSeed101(EpisodeMemory):
         if self.seed == 101:
             raise RuntimeError("seed 101 broke")
         return super().act(obs)
+
+
+class ThreadsSeen(EpisodeMemory):
+    """``EpisodeMemory`` whose config says what thread pools its process gave it."""
+
+    def __init__(self) -> None:
+        import os
+
+        import torch
+
+        self.config = {"omp": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads()}

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_vlaeval.distribute import cpu_share
 from pytest_vlaeval.envs import assets, render
 from pytest_vlaeval.errors import PolicyError, SpecError
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy, as_action_chunk
@@ -326,6 +327,27 @@ def test_software_render_threads_share_the_cores_among_workers(
     assert os.environ["LP_NUM_THREADS"] == "3", "the user's own setting wins"
 
 
+@pytest.mark.parametrize(("workers", "threads"), [(None, None), ("1", None), ("4", "4"), ("32", "1")])
+def test_a_worker_sizes_the_math_libraries_pools_to_its_share(
+    workers: str | None, threads: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N xdist workers on 16 cores: OMP, MKL and OpenBLAS get 16 / N threads each; serial keeps their defaults."""
+    monkeypatch.setattr(cpu_share.os, "sched_getaffinity", lambda pid: set(range(16)))
+    for name in cpu_share.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    if workers is None:
+        monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+    monkeypatch.setitem(cpu_share.sys.modules, "torch", None)  # not imported yet
+    cpu_share.share_cpu_threads()
+    assert [os.environ.get(name) for name in cpu_share.THREAD_VARIABLES] == [threads] * 3
+    if threads:
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        cpu_share.share_cpu_threads()
+        assert os.environ["OMP_NUM_THREADS"] == "3", "the user's own setting wins"
+
+
 @pytest.mark.torch
 def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
@@ -336,7 +358,8 @@ def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert render.resolve_backend("auto") == "gpu"
     assert render.make_kwargs("gpu") == {"sim_backend": "gpu", "render_backend": "gpu"}
-    with pytest.raises(ValueError, match="valid: auto, gpu, cpu"):
+    assert render.make_kwargs("gpu-render") == {"sim_backend": "cpu", "render_backend": "gpu"}
+    with pytest.raises(ValueError, match="valid: auto, gpu, gpu-render, cpu"):
         render.resolve_backend("vulkan")
 
 

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from pytest_vlaeval.choices import RENDER_BACKENDS
+from pytest_vlaeval.distribute.cpu_share import worker_threads
 
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
 NO_VULKAN_HINT = (
@@ -60,20 +61,14 @@ def set_cache_env(cache_dir: str) -> None:
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(cache_dir, "matplotlib"))
 
 
-def software_render_threads() -> int:
-    """Lavapipe's render threads for this process: the cores shared out among the session's xdist
-    workers, so that N workers do not each start a thread per core (pixels do not depend on it)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    return max(1, len(os.sched_getaffinity(0)) // workers)
-
-
 def set_backend_env(backend: str) -> None:
     """Point Vulkan at lavapipe for the CPU path; must run before SAPIEN is imported."""
     if backend == "cpu":
         icd = find_lavapipe_icd()
         if icd:
             os.environ.setdefault("VK_ICD_FILENAMES", icd)
-        os.environ.setdefault("LP_NUM_THREADS", str(software_render_threads()))
+        # the worker's share of the cores (``distribute.cpu_share``); pixels do not depend on it
+        os.environ.setdefault("LP_NUM_THREADS", str(worker_threads()))
 
 
 def apply_cpu_patches() -> None:

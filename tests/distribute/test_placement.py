@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import types
 
 import pytest
+from helpers import TESTS, episode_records, run_dir
 
 from pytest_vlaeval.distribute import placement
 from pytest_vlaeval.errors import SpecError
@@ -195,3 +197,21 @@ def test_placement_errors_are_one_line(fake: pytest.Pytester, args: list[str], m
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.errlines if line.startswith("ERROR:")]
     assert len(errors) == 1 and message in errors[0], result.errlines
+
+
+@pytest.mark.torch
+def test_each_worker_gets_its_share_of_the_cores_for_its_thread_pools(fake: pytest.Pytester) -> None:
+    """Under -n 2 a worker's OpenMP and torch pools hold cores / 2 threads (not one per core each)."""
+    fake.makepyfile(spy_policies=(TESTS / "spy_policies.py").read_text())
+    env_share = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    fake.runpytest_subprocess(
+        "--benchmark=fake.yaml:short",
+        "--episodes=2",
+        "-n",
+        "2",
+        "--policy=spy_policies:ThreadsSeen",
+        "-p",
+        "no:cacheprovider",
+    )
+    configs = {json.dumps(r["model"]["config"], sort_keys=True) for r in episode_records(run_dir(fake)).values()}
+    assert configs == {json.dumps({"omp": env_share, "torch_threads": int(env_share)}, sort_keys=True)}

@@ -141,7 +141,7 @@ def test_lockstep_blocks_give_the_lone_records_in_any_order(parallel, lockstep) 
     reversed_records = {}
     try:
         for env_id in reversed(TASKS):
-            block = list(reversed(list(zip(SEEDS, range(2)))))
+            block = list(reversed(list(zip(SEEDS, range(2), strict=True))))
             for record in runner.run_block(benchmark.task(env_id), block):
                 reversed_records[record.key] = record.to_dict()
     finally:

@@ -68,7 +68,9 @@ def test_a_failing_row_is_an_error_and_its_block_mates_run_on(fake: pytest.Pytes
 def test_a_simulator_of_num_envs_rows_is_used_and_fingerprinted(fake: pytest.Pytester) -> None:
     """A benchmark whose factory steps K scenes in one simulator on this backend (its ``vector_backends``)
     gets ``num_envs=K``; the run's fingerprint says so, so another K is another run."""
-    text = (fake.path / "fake.yaml").read_text().replace("  reset_options:", "  vector_backends: [cpu]\n  reset_options:")
+    text = (
+        (fake.path / "fake.yaml").read_text().replace("  reset_options:", "  vector_backends: [cpu]\n  reset_options:")
+    )
     fake.makefile(".yaml", vector=text)
     args = ["--benchmark=vector.yaml:short", "--episodes=5", "-p", "no:cacheprovider", "--vla-render=cpu"]
     fake.runpytest(*args, "--vla-results=alone")
