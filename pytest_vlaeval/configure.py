@@ -151,7 +151,7 @@ def _prepare_controller(
     if config.getoption("vla_serve"):
         from pytest_vlaeval.serving.server.launcher import serve_session
 
-        served = serve_session(config, run.policy, run.dir.server_log)
+        served = serve_session(config, run.policy, run.dir.server_log, run.selection.benchmark.env.action_dim)
     return gate, served
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up a virtual env (.venv) for developing pytest-vlaeval, idempotently: this package with its
 # test extras, then `vlaeval install mikasa --system-deps` (the MIKASA simulator stack, software
-# Vulkan when the machine has no NVIDIA GPU, the benchmark's missing data file, and a check).
-# With --libero, also `vlaeval install libero --system-deps` into the same env.
+# Vulkan when the machine has no NVIDIA GPU, the benchmark's missing data file, and a check) and
+# `vlaeval install pusht` (Push-T, pure Python). With --libero, also `vlaeval install libero
+# --system-deps` into the same env.
 #
 # Usage: scripts/setup.sh [--libero]
 #
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 VENV=${VLAEVAL_VENV:-.venv}
 say() { printf '[setup] %s\n' "$*"; }
 
-stacks=(mikasa)
+stacks=(mikasa pusht)
 for arg in "$@"; do
     case "$arg" in
         --libero) stacks+=(libero) ;;

@@ -196,3 +196,17 @@ def test_blocks_rows_count_each_block_once_and_compare_with_k1(gpu_bench) -> Non
     assert [row[1] for row in rows] == ["--vla-lockstep=1", "--vla-lockstep=4"]
     assert rows[0][3].startswith("1,800 episodes/h (session), 5,143 episodes/h (in blocks)")
     assert rows[1][3] == "2,400 episodes/h (session), 4,800 episodes/h (in blocks), SR 0.500 (2/4), 3/4 records as K=1"
+
+
+def test_bench_lockstep_smoke_gives_identical_records_in_every_row() -> None:
+    """Push-T in lockstep blocks and through a served policy: every row's records are K=1's."""
+    proc = run_script("bench_lockstep.py", "--smoke", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| -") or line.startswith("| --")]
+    assert [row.split("|")[1].strip() for row in rows] == [
+        "--vla-lockstep=1, one process",
+        "--vla-lockstep=2, one process",
+        "-n 2 --vla-serve (batched across workers)",
+    ]
+    assert all(row.rstrip(" |").endswith("identical") for row in rows)
+    assert "every row gives the same success, return and length per episode: yes" in proc.stdout

@@ -106,7 +106,6 @@ def run_block(
     task: str,
     seeds: Sequence[int],
     indices: Sequence[int],
-    action_dim: int,
     policy_obs_keys: tuple[str, ...],
     reset_options: Mapping[str, Any] | None = None,
 ) -> list[Outcome]:

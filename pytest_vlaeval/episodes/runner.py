@@ -141,6 +141,7 @@ class EpisodeRunner:
         seeds = [seed for seed, _ in block]
         fields: dict[str, Any] = {"lockstep": len(block)}
         limit = self.timeout * len(block) if self.timeout else None
+        running = False
         try:
             with deadline(limit, f"{task.env_id} seeds {seeds}", hard=self.worker != "main"):
                 engine = self.engine()
@@ -149,20 +150,20 @@ class EpisodeRunner:
                 rows = self.env_for(task)
                 fields["env_built"] = self.env_builds > builds
                 benchmark = self.selection.benchmark
+                running = True
                 outcomes = run_block(
                     rows,
                     engine,
                     task=task.env_id,
                     seeds=seeds,
                     indices=[index for _, index in block],
-                    action_dim=benchmark.env.action_dim,
                     policy_obs_keys=benchmark.env.policy_obs_keys,
                     reset_options=benchmark.env.reset_options,
                 )
         except EpisodeError as exc:
             outcomes = [exc] * len(block)
-        if any(isinstance(o, EnvError) for o in outcomes):
-            self.close_env()  # a simulator that failed is not trusted again
+        if running and any(isinstance(o, EnvError) for o in outcomes):
+            self.close_env()  # a simulator that failed mid-block is not trusted again (a failed build is remembered)
         common = dict(worker=self.worker, wall_time=_since(started), render_backend=self._render_backend(), **fields)
         return [
             error_record(task.env_id, seed, outcome, **common)

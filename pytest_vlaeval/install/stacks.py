@@ -110,4 +110,24 @@ STACKS: dict[str, Stack] = {
         imports=("mujoco", "robosuite", "libero.libero"),
         system_packages=("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6"),
     ),
+    "pusht": Stack(
+        benchmark="pusht",
+        python=((3, 10), (3, 13)),
+        steps=(
+            PipStep(
+                "gym-pusht 0.1.8 (0.1.5 maps seeds to other start states) and its pure-Python simulator",
+                (
+                    "gym-pusht==0.1.8",
+                    "gymnasium>=0.29.1,<2",
+                    "pymunk>=6.6,<7",
+                    "pygame>=2.5.2,<2.7",
+                    "shapely>=2.0.3,<3",
+                    # OpenCV 4.12 needs numpy 2, which MIKASA's stack in the same interpreter refuses.
+                    "opencv-python<4.12",
+                ),
+            ),
+        ),
+        imports=("gym_pusht", "pymunk", "pygame"),
+        system_packages=(),
+    ),
 }

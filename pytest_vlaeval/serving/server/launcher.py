@@ -130,14 +130,17 @@ class ServerProcess:
         return ServerStartError(f"{what}: {errors[-1] if errors else 'no log output'} (log: {self.log_path})")
 
 
-def serve_session(config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, log_path: Path) -> str:
-    """Start the session's server with a fresh token, stopped when the session ends; returns its address.
+def serve_session(
+    config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, log_path: Path, action_dim: int
+) -> str:
+    """Start the session's server with a fresh token, for the benchmark's action dimension, stopped
+    when the session ends; returns its address.
 
     The token travels in the environment, which the server and the xdist workers inherit.
     """
     previous = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = secrets.token_urlsafe(24)
-    server = ServerProcess(policy.text, log_path)
+    server = ServerProcess(policy.text, log_path, ["--action-dim", str(action_dim)])
 
     def stop() -> None:
         server.stop()

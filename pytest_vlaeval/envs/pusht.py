@@ -1,0 +1,66 @@
+"""Push-T (``gym-pusht``) as LeRobot evaluates it, behind the plain-Python adapter interface.
+
+``gym.make("gym_pusht/PushT-v0", obs_type="pixels_agent_pos", render_mode="rgb_array")``: the
+policy sees ``pixels`` (96, 96, 3) uint8 and ``agent_pos`` (2,), and returns an absolute (x, y)
+target in [0, 512]^2 for the pusher, passed to the env as it comes, as LeRobot's rollout does.
+Success is ``info["is_success"]`` (coverage > 0.95) at any step; the env ends the episode there
+(``terminated``) or at its 300-step limit. Pure Python (pymunk, pygame), no GL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pytest_vlaeval.errors import EnvError
+from pytest_vlaeval.spec import Benchmark, Task
+
+ENV_ID = "gym_pusht/PushT-v0"
+
+
+class PushTEnv:
+    """Adapter: numpy action in, plain Python reward/flags/success out."""
+
+    render_backend = "pygame"
+
+    def __init__(self, env: Any, instruction: str) -> None:
+        self.env = env
+        self.instruction = instruction
+        self.max_episode_steps = int(env.spec.max_episode_steps)
+
+    def reset(self, *, seed: int, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options or None)
+        return obs, {**info, "language_instruction": self.instruction, "success": bool(info.get("is_success"))}
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32).reshape(-1))
+        info = {**info, "language_instruction": self.instruction, "success": bool(info["is_success"])}
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
+        return np.asarray(obs["pixels"])
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def make_env(task: Task, benchmark: Benchmark, render_request: str) -> PushTEnv:
+    """Build the task's env with the benchmark file's ``obs_type`` and step limit."""
+    import gymnasium as gym
+
+    try:
+        import gym_pusht  # noqa: F401  (registers the env id)
+    except ImportError as exc:
+        raise EnvError(f"Push-T needs gym-pusht ({exc}): vlaeval install pusht") from None
+    options = benchmark.env.options
+    try:
+        env = gym.make(
+            ENV_ID,
+            obs_type=options["obs_type"],
+            render_mode="rgb_array",
+            max_episode_steps=task.max_steps,
+        )
+    except Exception as exc:
+        raise EnvError(f"cannot build {ENV_ID}: {type(exc).__name__}: {exc}") from exc
+    return PushTEnv(env, task.instruction)
