@@ -58,7 +58,12 @@ def test_rows_keep_a_lone_envs_shapes_and_a_short_block_is_padded() -> None:
     assert tuple(obs["rgb"].shape) == (1, 2, 2, 6) and int(obs["rgb"][0, 0, 0, 0]) == 1
     assert obs["proprio"].tolist() == [[12.0]] and info["language_instruction"] == "seed 12"
 
-    actions = [np.array([0.5, 1, 0, 0, 0, 0, 0], np.float32), None, np.array([0.25, 0, 0, 0, 0, 0, 0], np.float32), None]
+    actions = [
+        np.array([0.5, 1, 0, 0, 0, 0, 0], np.float32),
+        None,
+        np.array([0.25, 0, 0, 0, 0, 0, 0], np.float32),
+        None,
+    ]
     steps = rows.step(actions)
     assert steps[1] is None and steps[3] is None
     obs, reward, terminated, truncated, info = steps[0]

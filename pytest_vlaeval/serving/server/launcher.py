@@ -130,9 +130,7 @@ class ServerProcess:
         return ServerStartError(f"{what}: {errors[-1] if errors else 'no log output'} (log: {self.log_path})")
 
 
-def serve_session(
-    config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, log_path: Path, action_dim: int
-) -> str:
+def serve_session(config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, log_path: Path, action_dim: int) -> str:
     """Start the session's server with a fresh token, for the benchmark's action dimension, stopped
     when the session ends; returns its address.
 
