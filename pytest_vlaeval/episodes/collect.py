@@ -34,13 +34,14 @@ class EpisodeItem(pytest.Item):
     ``TaskNode``."""
 
     parent: TaskNode
+    block: tuple[tuple[int, int], ...] | None = None
+    """``(seed, index)`` of the episodes run in lockstep with this one, itself included; set (one
+    tuple shared by the block) only under ``--vla-lockstep``."""
 
     def __init__(self, *, seed: int, index: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.seed = seed
         self.index = index
-        self.block: tuple[tuple[int, int], ...] = ((seed, index),)
-        """``(seed, index)`` of the episodes run in lockstep with this one, itself included."""
         self.attempts: list[EpisodeRecord] = []
 
     @property
@@ -65,7 +66,7 @@ class EpisodeItem(pytest.Item):
         ``--vla-retries`` times."""
         for attempt in range(1 + self.retries):
             if attempt == 0:
-                record = self.runner.record(self.task, self.seed, self.block)
+                record = self.runner.record(self.task, self.seed, self.block or ((self.seed, self.index),))
             else:
                 record = self.runner.run(self.task, self.seed, self.index)
             self.attempts.append(record)
