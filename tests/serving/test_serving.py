@@ -566,7 +566,8 @@ def test_every_bad_request_gets_a_reply_and_every_slot_comes_back(
             reply = ask(ws, {"type": "act", "episode": "e", "step": step, "obs": obs})
             assert (reason or "'act' needs 'step' as an int >= 0, got -1") in reply["message"], reply
         assert ask(ws, {"type": "close", "episode": "e"})["type"] == "closed"
-        monkeypatch.setattr(server_module, "episode_rng", lambda info: 1 / 0)  # a fault past admission
+        # a fault past admission, where the episode is made
+        monkeypatch.setattr(server_module.BatchEpisode, "of", classmethod(lambda cls, episode_id, info: 1 / 0))
         for _ in range(3):
             reply = ask(ws, {"type": "open", "episode": "doomed", **info})
             assert (reply["code"], reply["episode"]) == (protocol.SERVER, "doomed")
