@@ -7,6 +7,7 @@ This module imports nothing heavy: the plugin loads specs at every ``--benchmark
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -14,8 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from pytest_vlaeval import spec_file
 from pytest_vlaeval.errors import SpecError
 
 DEFAULT_BENCHMARK = "mikasa"
@@ -181,56 +181,63 @@ def resolve_benchmark(value: str) -> tuple[Benchmark, str]:
 
 
 def load_benchmark(path: Path) -> Benchmark:
-    data = yaml.safe_load(path.read_bytes())
+    """The benchmark a file describes, read once per process while the file is unchanged (the
+    session, the run store and merge all ask for it); ``SpecError`` in one line when the file is
+    not a benchmark (``spec_file``)."""
     try:
-        env = dict(data["env"])
-        protocol = data.get("protocol", {})
-        assets = dict(data.get("assets") or {})
-        axes = _axes(data.get("axes") or [], path)
-        tasks = tuple(_task(t, axes, path) for t in data["tasks"])
-        benchmark = Benchmark(
-            name=str(data["name"]),
-            title=str(data.get("title", data["name"])),
-            version=str(data.get("version", "")),
-            benchmark_commit=data.get("benchmark_commit"),
-            env=EnvSettings(
-                factory=str(env.pop("factory")),
-                action_dim=int(env.pop("action_dim")),
-                policy_obs_keys=tuple(env.pop("policy_obs_keys")),
-                preflight=env.pop("preflight", None),
-                packages=tuple(env.pop("packages", ())),
-                reset_options=dict(env.pop("reset_options", None) or {}),
-                vector_backends=tuple(str(b) for b in env.pop("vector_backends", ())),
-                options=env,
-            ),
-            axes=axes,
-            start_seed=int(protocol.get("start_seed", 0)),
-            episodes=int(protocol.get("episodes", 1)),
-            assets=assets,
-            tasks=tasks,
-            source=str(path),
-            digest=content_digest(data),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SpecError(f"benchmark file {path} is malformed: {type(exc).__name__}: {exc}") from None
+        stat = path.stat()
+    except OSError as exc:
+        raise SpecError(f"benchmark file {path}: cannot read it ({exc.strerror or exc})") from None
+    return _load(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
+    path = Path(path_text)
+    data = spec_file.read_yaml(path)
+    document, env, options, entries = spec_file.parse(data, path)
+    axes = _axes(document.axes, path)
+    tasks = tuple(_task(entry, data["tasks"][i], axes, path) for i, entry in enumerate(entries))
     for task in tasks:
-        unknown = set(task.assets) - set(assets)
+        unknown = set(task.assets) - set(document.assets)
         if unknown:
             raise SpecError(f"benchmark file {path}: task {task.env_id} needs undeclared assets {sorted(unknown)}")
-    return benchmark
+    return Benchmark(
+        name=document.name,
+        title=document.title or document.name,
+        version=document.version,
+        benchmark_commit=document.benchmark_commit,
+        env=EnvSettings(
+            factory=env.factory,
+            action_dim=env.action_dim,
+            policy_obs_keys=tuple(env.policy_obs_keys),
+            preflight=env.preflight,
+            packages=tuple(env.packages),
+            reset_options=dict(env.reset_options),
+            vector_backends=tuple(env.vector_backends),
+            options=options,
+        ),
+        axes=axes,
+        start_seed=document.protocol.start_seed,
+        episodes=document.protocol.episodes,
+        assets=dict(document.assets),
+        tasks=tasks,
+        source=str(path),
+        digest=content_digest(data),
+    )
 
 
-def _axes(declared: list[dict[str, Any]], path: Path) -> tuple[Axis, ...]:
+def _axes(declared: list[spec_file.AxisFile], path: Path) -> tuple[Axis, ...]:
     """The split's axis (its label and case may be declared; its summary key is fixed), then
     the benchmark's own axes, each naming a task field and a summary key of its own."""
     split = SPLIT_AXIS
     others: list[Axis] = []
     for entry in declared:
         axis = Axis(
-            field=str(entry["field"]),
-            label=str(entry.get("label", entry["field"])),
-            summary=str(entry.get("summary", SPLIT_SUMMARY if entry["field"] == SPLIT_AXIS.field else "")),
-            title_case=bool(entry.get("title_case", False)),
+            field=entry.field,
+            label=entry.label or entry.field,
+            summary=entry.summary or (SPLIT_SUMMARY if entry.field == SPLIT_AXIS.field else ""),
+            title_case=entry.title_case,
         )
         if axis.field == SPLIT_AXIS.field:
             if axis.summary != SPLIT_SUMMARY:
@@ -253,20 +260,27 @@ def _axes(declared: list[dict[str, Any]], path: Path) -> tuple[Axis, ...]:
     return (split, *others)
 
 
-def _task(entry: dict[str, Any], axes: tuple[Axis, ...], path: Path) -> Task:
-    unknown = set(entry) - {*TASK_FIELDS, *(a.field for a in axes)}
+def _task(entry: spec_file.TaskFile, raw: dict[str, Any], axes: tuple[Axis, ...], path: Path) -> Task:
+    """A task: its own fields, and its group (a string) along each of the benchmark's other axes."""
+    unknown = set(raw) - {*TASK_FIELDS, *(a.field for a in axes)}
     if unknown:
         raise SpecError(
-            f"benchmark file {path}: task {entry.get('env_id')} has fields {sorted(unknown)} that are neither "
+            f"benchmark file {path}: task {entry.env_id} has fields {sorted(unknown)} that are neither "
             f"task fields ({', '.join(TASK_FIELDS)}) nor declared axes ({', '.join(a.field for a in axes)})"
         )
+    groups = []
+    for axis in axes[1:]:
+        group = raw.get(axis.field)
+        if not isinstance(group, str) or not group.strip():
+            raise SpecError(f"benchmark file {path}: task {entry.env_id} needs a text {axis.field!r} (axis {axis.label!r})")
+        groups.append((axis.field, group))
     return Task(
-        env_id=str(entry["env_id"]),
-        split=str(entry["split"]).lower(),
-        max_steps=int(entry["max_steps"]),
-        instruction=str(entry.get("instruction", "")),
-        assets=tuple(entry.get("assets", ())),
-        groups=tuple((a.field, str(entry[a.field])) for a in axes[1:]),
+        env_id=entry.env_id,
+        split=entry.split.lower(),
+        max_steps=entry.max_steps,
+        instruction=entry.instruction,
+        assets=tuple(entry.assets),
+        groups=tuple(groups),
     )
 
 

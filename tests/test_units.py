@@ -66,13 +66,6 @@ def test_a_benchmark_file_path_with_a_split() -> None:
     assert (benchmark.name, split, [t.env_id for t in select(benchmark, split).tasks]) == ("fake", "long", ["Gamma-v0"])
 
 
-def test_malformed_benchmark_file_is_a_spec_error(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nenv: {factory: a:b}\ntasks: []\n")
-    with pytest.raises(SpecError, match=r"bad.yaml is malformed: KeyError: 'action_dim'"):
-        resolve_benchmark(str(bad))
-
-
 def test_run_dir_name_is_deterministic_and_separates_selections() -> None:
     benchmark, _ = resolve_benchmark("mikasa")
     full = select(benchmark, "short")
