@@ -272,7 +272,9 @@ def _task(entry: spec_file.TaskFile, raw: dict[str, Any], axes: tuple[Axis, ...]
     for axis in axes[1:]:
         group = raw.get(axis.field)
         if not isinstance(group, str) or not group.strip():
-            raise SpecError(f"benchmark file {path}: task {entry.env_id} needs a text {axis.field!r} (axis {axis.label!r})")
+            raise SpecError(
+                f"benchmark file {path}: task {entry.env_id} needs a text {axis.field!r} (axis {axis.label!r})"
+            )
         groups.append((axis.field, group))
     return Task(
         env_id=entry.env_id,

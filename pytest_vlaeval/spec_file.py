@@ -181,7 +181,9 @@ def _check_names(document: BenchmarkFile, tasks: list[TaskFile], path: Path) -> 
         raise SpecError(f"benchmark file {path}: env ids must be unique; repeated: {', '.join(repeated)}")
     lowered = [axis.field.lower() for axis in document.axes]
     if len(set(lowered)) < len(lowered):
-        raise SpecError(f"benchmark file {path}: two axis fields differ by case alone: {[a.field for a in document.axes]}")
+        raise SpecError(
+            f"benchmark file {path}: two axis fields differ by case alone: {[a.field for a in document.axes]}"
+        )
     for axis in document.axes:
         if axis.field != "split" and axis.field in RESERVED_TASK_KEYS:
             raise SpecError(

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_vlaeval.episodes.collect import RECORD_ATTR
 from pytest_vlaeval.report.html import headline_table
+from pytest_vlaeval.report.page import render
 
 if TYPE_CHECKING:
     from pytest_vlaeval.controller.plugin import ResultsController
@@ -40,7 +41,7 @@ class PytestHtmlExtras:
         added = [extras.json(record, name="episode record")]
         if record.get("video"):
             source = Path(os.path.relpath(Path(record["video"]).resolve(), self.report_dir)).as_posix()
-            added.append(extras.html(f'<video controls preload="metadata" src="{source}" width="480"></video>'))
+            added.append(extras.html(render("video.html.j2", source=source)))
         report.extras = [*getattr(report, "extras", []), *added]  # type: ignore[attr-defined]
 
     @pytest.hookimpl(optionalhook=True)

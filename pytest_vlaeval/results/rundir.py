@@ -27,7 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
-from pytest_vlaeval.errors import ResultsUnwritable
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
+from pytest_vlaeval.spec_file import ENV_ID, PATTERNS
 
 T = TypeVar("T")
 _SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
@@ -49,7 +50,9 @@ class RunDir:
         self.videos = path / "videos"
 
     def task(self, env_id: str) -> Path:
-        return self.path / f"{env_id}.json"
+        """A task's canonical file; an env id is a benchmark file's value or a received run's, so one
+        that would lead out of the run directory is refused (``SpecError``)."""
+        return self.path / f"{checked_env_id(env_id)}.json"
 
     def video(self, env_id: str, seed: int) -> Path:
         return video_file(self.videos, env_id, seed)
@@ -66,7 +69,15 @@ class RunDir:
 
 def video_file(videos: Path, env_id: str, seed: int) -> Path:
     """An episode's video under a run's ``videos`` folder."""
-    return videos / env_id / f"{seed}.webm"
+    return videos / checked_env_id(env_id) / f"{int(seed)}.webm"
+
+
+def checked_env_id(env_id: str) -> str:
+    """``env_id`` when it names a path inside a run directory (``spec_file.ENV_ID``: namespaced ids
+    such as ``ALE/Pong-v5`` make a subfolder); ``SpecError`` in one line for anything else."""
+    if not isinstance(env_id, str) or not re.fullmatch(ENV_ID, env_id):
+        raise SpecError(f"env id {env_id!r} is not one a run may hold ({PATTERNS[ENV_ID]})")
+    return env_id
 
 
 def shard_label(index: int, count: int) -> str:

@@ -5,6 +5,7 @@ system's temp folder for a person to look at; they are not part of the repositor
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -149,3 +150,77 @@ def test_compare_html_in_a_browser(fake: pytest.Pytester, browser: Browser, tmp_
     page.screenshot(path=str(SCREENSHOTS / "vlaeval-compare.png"), full_page=True)
     assert browser.console_errors == []
     assert browser.requests == []
+
+
+HOSTILE = '"\'><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>&amp;'
+"""A string that runs script wherever a page puts data into markup unescaped."""
+
+HOSTILE_POLICY = f"""
+import numpy as np
+
+HOSTILE = {HOSTILE!r}
+
+
+class Hostile:
+    chunk_size = 1
+    name = HOSTILE
+    config = {{"note": HOSTILE}}
+
+    def reset(self, episode):
+        self.seed = episode.seed
+
+    def act(self, obs):
+        if self.seed == 101:
+            raise RuntimeError(HOSTILE)
+        return np.full(7, 0.95, np.float32)
+"""
+
+
+def test_hostile_strings_in_every_field_stay_text(fake: pytest.Pytester, browser: Browser, tmp_path: Path) -> None:
+    """A group name, an axis label, a policy's name and config, an error message, a run's label: each
+    carries markup that would run script; report.html and compare.html show it as text."""
+    text = (fake.path / "fake.yaml").read_text()
+    quoted = json.dumps(HOSTILE)  # a YAML scalar too
+    text = text.replace("label: memory type", f"label: {quoted}").replace(
+        "memory_type: Spatial", f"memory_type: {quoted}"
+    )
+    fake.makefile(".yaml", hostile=text)
+    fake.makepyfile(hostile_policy=HOSTILE_POLICY)
+    runs = []
+    for name in ("a", "b"):
+        label = f"{name}{HOSTILE}".replace("/", "_")
+        fake.runpytest("--benchmark=hostile.yaml:short", "--policy=hostile_policy:Hostile", f"--vla-run-name={label}")
+        runs.append(fake.path / "results" / label)
+    from pytest_vlaeval.cli import main
+
+    assert main(["compare", *map(str, runs), "--out", str(tmp_path)]) == 0
+    for path in (runs[0] / "report.html", tmp_path / "compare.html"):
+        page = browser.open(path)
+        assert page.evaluate("window.__pwned") is None, path
+        assert page.evaluate("document.querySelectorAll('img, script:not(:last-of-type)').length") == 0, path
+        assert HOSTILE in page.evaluate("document.body.innerText"), path
+    assert browser.console_errors == []
+
+
+def test_a_video_path_with_markup_stays_a_path_in_pytest_htmls_report(fake: pytest.Pytester, browser: Browser) -> None:
+    """The pytest-html extra's ``<video src>`` comes from the results folder's path, which may hold a quote."""
+    results = 'res"><img src=x onerror="window.__pwned=3">'
+    fake.runpytest(
+        "--benchmark=fake.yaml:short", "--vla-video=failed", f"--vla-results={results}", "--html=pages/e.html"
+    )
+    page = browser.open(fake.path / "pages" / "e.html")
+    page.wait_for_selector("#results-table")
+    page.eval_on_selector_all("tr.collapsible td", "cells => cells.forEach(c => c.click())")
+    assert page.evaluate("window.__pwned") is None and page.locator("img[src=x]").count() == 0
+    sources = page.eval_on_selector_all("video[preload=metadata]", "videos => videos.map(v => v.getAttribute('src'))")
+    assert sources and all(results in source for source in sources), sources
+
+
+def test_a_camel_case_axis_field_filters_its_rows(fake: pytest.Pytester, browser: Browser) -> None:
+    """HTML lowercases attribute names: a ``memoryType`` axis still filters its table."""
+    text = (fake.path / "fake.yaml").read_text().replace("field: memory_type", "field: memoryType")
+    fake.makefile(".yaml", camel=text.replace("memory_type:", "memoryType:"))
+    fake.runpytest("--benchmark=camel.yaml:short")
+    page = browser.open(run_dir(fake) / "report.html")
+    page.select_option("form[data-filters=tasks] select[name=memorytype]", "Spatial")
+    assert _visible(page, "tasks") == ["Beta-v0"]
