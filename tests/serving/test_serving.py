@@ -264,9 +264,9 @@ def ask(ws: ClientConnection, message: dict[str, Any] | bytes | str) -> dict[str
     return protocol.unpack(ws.recv(WAIT_S))
 
 
-def http_get(url: str) -> tuple[int, str]:
+def http_get(url: str, query: str = "") -> tuple[int, str]:
     try:
-        with NO_PROXY.open("http" + url.removeprefix("ws") + "/healthz", timeout=WAIT_S) as response:
+        with NO_PROXY.open("http" + url.removeprefix("ws") + "/healthz" + query, timeout=WAIT_S) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -512,7 +512,8 @@ def test_token_auth(start_server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TOKEN_ENV, "wrong")
     with pytest.raises(ServerError, match=f"HTTP 401 \\({TOKEN_ENV} is wrong\\)"):
         client(server.url)
-    assert http_get(server.url)[0] == 200, "health needs no token"
+    assert http_get(server.url) == (401, "missing or wrong token\n"), "health says nothing without the token"
+    assert http_get(server.url, "?token=s3cret")[0] == 200
     monkeypatch.setenv(TOKEN_ENV, "s3cret")
     policy = client(server.url)
     policy.reset(episode(1))

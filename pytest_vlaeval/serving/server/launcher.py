@@ -80,8 +80,13 @@ class ServerProcess:
                 time.sleep(0.1)
 
     def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
-        """The server's ``/healthz`` counters; raises ``URLError`` (HTTP 503) while it loads."""
-        with _NO_PROXY.open(self.health_url, timeout=timeout_s) as response:
+        """The server's ``/healthz`` counters (asked with its token, when it has one); raises
+        ``URLError`` (HTTP 503) while it loads."""
+        request = urllib.request.Request(self.health_url)
+        token = (self.env if self.env is not None else os.environ).get(TOKEN_ENV)
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        with _NO_PROXY.open(request, timeout=timeout_s) as response:
             return json.loads(response.read())
 
     def stop(self, timeout_s: float = 15.0) -> int | None:

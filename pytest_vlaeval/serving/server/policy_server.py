@@ -165,6 +165,11 @@ class PolicyServer:
     # -- HTTP: health and the handshake gate ---------------------------------------------------
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The token first, for every path: ``/healthz`` says which policy is served and how busy
+        it is, which is nobody's business without the token either."""
+        if self.config.token and not self._authorized(request.headers.get("Authorization", ""), request.path):
+            log.warning("refused a connection from %s: missing or wrong token", connection.remote_address)
+            return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
         if urlsplit(request.path).path == "/healthz":
             if self.engine is None:
                 return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "loading the policy\n")
@@ -172,9 +177,6 @@ class PolicyServer:
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = "application/json"
             return response
-        if self.config.token and not self._authorized(request.headers.get("Authorization", ""), request.path):
-            log.warning("refused a connection from %s: missing or wrong token", connection.remote_address)
-            return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
         if self.engine is None:
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "the policy is still loading\n")
         return None
