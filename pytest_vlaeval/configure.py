@@ -144,6 +144,7 @@ def _prepare_controller(
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
         num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
         store.claim(fingerprint(run.selection, run.policy.identity, run.render, num_envs))
+        store.holds_policy()  # a damaged policy file stops the session now, not at its first episode
         store.keep_spec(run.selection.benchmark)
     except (SpecError, ResultsUnwritable) as exc:
         raise pytest.UsageError(str(exc)) from None

@@ -191,7 +191,14 @@ def test_reset_options_come_from_the_benchmark_file() -> None:
             r"task Alpha-v0 has fields \['memory_typo'\] that are neither",
         ),
         (("summary: sr_per_memory_type}", "}"), "axis 'memory_type' needs a summary key"),
-        (("summary: sr_per_memory_type}", "summary: sr_per_split}"), "two axes share a field or a summary key"),
+        (
+            ("summary: sr_per_memory_type}", "summary: sr_per_split}"),
+            "axis summary key 'sr_per_split' is a key of summary.json",
+        ),
+        (
+            ("{field: split, label: split,", "{field: split, label: split, title_case: true}\n  - {field: split,"),
+            "two axes share a field",
+        ),
         (
             ("{field: split, label: split,", "{field: split, summary: sr_by_split,"),
             "the split axis's summary key is sr_per_split",

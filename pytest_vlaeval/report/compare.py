@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pytest_vlaeval.errors import ResultsUnwritable
 from pytest_vlaeval.report.compare_html import format_difference, render_comparison
 from pytest_vlaeval.report.comparison import Comparison, ComparisonError, compare
 from pytest_vlaeval.report.page import interval, pct
@@ -32,8 +33,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     markdown = markdown_table(comparison)
     print(markdown, end="")
-    write_text_atomic(args.out / MARKDOWN, markdown)
-    write_text_atomic(args.out / HTML, render_comparison(comparison))
+    try:
+        write_text_atomic(args.out / MARKDOWN, markdown)
+        write_text_atomic(args.out / HTML, render_comparison(comparison))
+    except ResultsUnwritable as exc:
+        print(f"vlaeval compare: {exc}", file=sys.stderr)
+        return 2
     print(f"\nwritten: {args.out / MARKDOWN}, {args.out / HTML}")
     return 0
 

@@ -9,16 +9,17 @@ and a gate never disagree about the same two runs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.fixed import paired_interval
 from pytest_vlaeval.gate.sequential import method_for
 from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
 from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.runfiles import convert, read_json
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
 PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
@@ -86,14 +87,20 @@ class Comparison:
 
 
 def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
-    """A run directory's canonical files, typed."""
+    """A run directory's canonical files, their types checked (``results.runfiles``): a run may
+    come from elsewhere. ``ComparisonError`` in one line naming the file otherwise."""
     run_dir = RunDir(path)
-    if not run_dir.summary.is_file():
+    if not run_dir.summary.exists():
         raise ComparisonError(f"{path}: not a run directory (no {run_dir.summary.name})")
-    summary: Summary = json.loads(run_dir.summary.read_text(encoding="utf-8"))
-    per_task: list[TaskResult] = [
-        json.loads(run_dir.task(env_id).read_text(encoding="utf-8")) for env_id in summary["tasks"]
-    ]
+    try:
+        summary = read_json(run_dir.summary, Summary, "summary")
+        for axis in summary_axes(summary):
+            where = f"{run_dir.summary} ({axis.label} groups)"
+            convert(summary.get(axis.summary, {}), dict[str, float], where)
+            convert(summary.get(axis.intervals, {}), dict[str, tuple[float, float]], where)
+        per_task = [read_json(run_dir.task(env_id), TaskResult, f"results of {env_id}") for env_id in summary["tasks"]]
+    except SpecError as exc:
+        raise ComparisonError(str(exc)) from None
     return summary, per_task
 
 

@@ -9,13 +9,13 @@ one made last (the records' time); ties go to the one read last.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import FAILURE, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.runfiles import loads
 
 Key = tuple[str, int]
 
@@ -72,9 +72,14 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
 
     def _read_new_lines(self, path: Path) -> None:
         offset, number = self._read_up_to.get(path, (0, 0))
-        with path.open("rb") as log:
-            log.seek(offset)
-            new = log.read()
+        try:
+            with path.open("rb") as log:
+                log.seek(offset)
+                new = log.read()
+        except OSError as exc:
+            raise SpecError(
+                f"{path} is among the run's episode logs but cannot be read ({exc.strerror or exc}): remove it"
+            ) from None
         complete = new[: new.rfind(b"\n") + 1]
         for line in complete.splitlines():
             number += 1
@@ -84,7 +89,7 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
 
 def _parse(line: bytes, path: Path, number: int) -> EpisodeRecord:
     try:
-        return EpisodeRecord.from_dict(json.loads(line.decode("utf-8", errors="replace")))
+        return EpisodeRecord.from_dict(loads(line.decode("utf-8", errors="replace")))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SpecError(
             f"{path} line {number} is not an episode record ({type(exc).__name__}: {exc}); "

@@ -23,13 +23,15 @@ from pytest_vlaeval.results.canonical import summary, write_canonical
 from pytest_vlaeval.results.chart import write_chart
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir, attempt_write, shard_of, writing
+from pytest_vlaeval.results.runfiles import read_json
+from pytest_vlaeval.results.schema import Fingerprint
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.spec import Benchmark, load_benchmark, resolve_benchmark, select
 
 
 def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> list[str]:
     """Merge ``run_dirs`` into ``out``; returns the lines to print. Raises SpecError on a mismatch."""
-    fingerprints = {d: _read(RunDir(d).fingerprint) for d in run_dirs}
+    fingerprints = {d: read_json(RunDir(d).fingerprint, Fingerprint, "fingerprint") for d in run_dirs}
     reference = next(iter(fingerprints.values()))
     for directory, fingerprint in fingerprints.items():
         if fingerprint != reference:
@@ -38,7 +40,9 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
             )
             raise SpecError(f"{directory} is not the same run as {run_dirs[0]} (differs in: {diff})")
     policy_files = [RunDir(d).policy for d in run_dirs]
-    policies = {json.dumps(_read(path), sort_keys=True) for path in policy_files if path.is_file()}
+    policies = {
+        json.dumps(read_json(path, dict[str, Any], "policy"), sort_keys=True) for path in policy_files if path.exists()
+    }
     if len(policies) > 1:
         raise SpecError(f"the runs were made with different policy configurations: {sorted(policies)}")
 
@@ -145,9 +149,8 @@ def run(args: argparse.Namespace) -> int:
     except (SpecError, ResultsUnwritable, FileNotFoundError) as exc:
         print(f"vlaeval merge: {exc}")
         return 2
+    except KeyboardInterrupt:
+        print("vlaeval merge: interrupted; run it again to finish (what it copied is kept, whole)")
+        return 130
     print("\n".join(lines))
     return 0
-
-
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))

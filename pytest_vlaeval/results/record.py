@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
+import msgspec
+
 from pytest_vlaeval.errors import EpisodeError
 
 SUCCESS = "success"
@@ -62,7 +64,15 @@ class EpisodeRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeRecord:
-        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
+        """A record from its dict (a worker's report, a line of a log), its types checked: a log
+        may come from elsewhere, and ``"success": "no"`` must not count as a success. Raises
+        ``ValueError`` naming the field."""
+        record = msgspec.convert(data, cls)
+        if record.outcome not in (SUCCESS, FAILURE, ERROR):
+            raise ValueError(f"outcome {record.outcome!r} is none of {SUCCESS}, {FAILURE}, {ERROR}")
+        if record.completed and record.success is not (record.outcome == SUCCESS):
+            raise ValueError(f"outcome {record.outcome!r} with success {record.success!r}")
+        return record
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(EpisodeRecord))

@@ -49,6 +49,14 @@ class RunDir:
         self.server_log = path / "server.log"
         self.videos = path / "videos"
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The run's files of fixed names (each a plain file, when there)."""
+        return (
+            self.fingerprint, self.policy, self.spec, self.lock, self.summary,
+            self.chart, self.report, self.report_html, self.server_log,
+        )  # fmt: skip
+
     def task(self, env_id: str) -> Path:
         """A task's canonical file; an env id is a benchmark file's value or a received run's, so one
         that would lead out of the run directory is refused (``SpecError``)."""
@@ -117,6 +125,6 @@ def attempt_write(path: Path, write: Callable[[], T], unwritten: list[str], *, o
             return write()
     except ResultsUnwritable as exc:
         unwritten.append(str(exc))
-        if ours:
+        if ours and not path.is_dir():
             path.unlink(missing_ok=True)
         return None

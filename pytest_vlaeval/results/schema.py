@@ -122,3 +122,23 @@ class Summary(_SummaryGate):
 
 Canonical = tuple[Summary, list[TaskResult]]
 """A run's canonical output: the summary and the per-task results."""
+
+
+class _FingerprintBatch(TypedDict, total=False):
+    num_envs: int
+    """Episodes one simulator stepped together, when more than one (``--vla-lockstep`` on a GPU)."""
+
+
+class Fingerprint(_FingerprintBatch):
+    """``fingerprint.json``: what must match for sessions to share a run (``results.store``)."""
+
+    benchmark: str
+    benchmark_version: str
+    benchmark_digest: str
+    split: str
+    tasks: list[str]
+    start_seed: int
+    episodes: int
+    policy: str
+    render: str
+    packages: dict[str, str | None]

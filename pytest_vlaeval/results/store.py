@@ -9,12 +9,14 @@ writers never interleave and a crash loses no finished episode.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib import metadata
@@ -24,6 +26,7 @@ from typing import IO, Any
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir, writing
+from pytest_vlaeval.results.runfiles import read_json
 from pytest_vlaeval.spec import Benchmark, Selection, load_benchmark
 
 
@@ -66,22 +69,23 @@ class RunStore:
         """This session's log, once it has one."""
 
     def claim(self, expected: dict[str, Any], path: Path | None = None) -> None:
-        """Record the run's fingerprint (or another identity file), or refuse to mix into a run that differs."""
+        """Record the run's fingerprint (or another identity file), or refuse to mix into a run that
+        differs. Atomic: of sessions claiming one run at once, exactly one writes the file (complete,
+        by a hard link from a finished temporary file) and every other compares with it."""
         path = path or self.dir.fingerprint
-        if path.is_file():
-            stored = json.loads(path.read_text(encoding="utf-8"))
-            if stored != expected:
-                diff = ", ".join(
-                    f"{k}: {stored.get(k)!r} -> {expected.get(k)!r}"
-                    for k in sorted(set(stored) | set(expected))
-                    if stored.get(k) != expected.get(k)
-                )
-                raise SpecError(
-                    f"{self.run_dir} holds a run with a different fingerprint ({diff}); "
-                    f"start a new run beside it with --vla-run-name=<new name> (or another --vla-results)"
-                )
+        if not path.exists() and _create_exclusively(path, json.dumps(expected, indent=2) + "\n"):
             return
-        write_json_atomic(path, expected)
+        stored = read_json(path, dict[str, Any], path.stem)
+        if stored != expected:
+            diff = ", ".join(
+                f"{k}: {stored.get(k)!r} -> {expected.get(k)!r}"
+                for k in sorted(set(stored) | set(expected))
+                if stored.get(k) != expected.get(k)
+            )
+            raise SpecError(
+                f"{self.run_dir} holds a run with a different fingerprint ({diff}); "
+                f"start a new run beside it with --vla-run-name=<new name> (or another --vla-results)"
+            )
 
     def keep_spec(self, benchmark: Benchmark) -> None:
         """Keep a copy of the benchmark file the run is made with, so the run directory describes
@@ -96,8 +100,12 @@ class RunStore:
         write_text_atomic(self.dir.spec, raw.decode("utf-8"))
 
     def holds_policy(self) -> bool:
-        """Whether an earlier session recorded the run's policy (a different one is then refused)."""
-        return self.dir.policy.is_file()
+        """Whether an earlier session recorded the run's policy (a different one is then refused);
+        ``SpecError`` when what is there is not a policy file this package wrote."""
+        if not self.dir.policy.exists():
+            return False
+        read_json(self.dir.policy, dict[str, Any], "policy")
+        return True
 
     def claim_policy(self, record: EpisodeRecord) -> None:
         """What only a worker learns joins the run's identity: the policy's own description (name,
@@ -139,7 +147,8 @@ class RunStore:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def check_writable(self) -> None:
-        """Fail before any episode runs when the run directory cannot take files."""
+        """Fail before any episode runs when the run directory cannot take files, or holds
+        something other than a file where one of its files goes; remove what killed writes left."""
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=self.run_dir):
@@ -148,6 +157,10 @@ class RunStore:
             raise SpecError(
                 f"cannot write results to {self.run_dir}: {exc.strerror or exc}; choose a writable --vla-results"
             ) from None
+        for path in self.dir.files:
+            if path.is_dir():
+                raise SpecError(f"{path} is a directory, and the run writes its {path.name} there: remove it")
+        remove_stale_temporaries(self.run_dir)
 
     def close(self) -> None:
         if self._log is not None and self.log_path is not None:
@@ -174,6 +187,44 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+STALE_TEMPORARY_S = 600.0
+"""Age past which a temporary file of an atomic write is taken as left by a killed writer (a live
+one renames it within milliseconds)."""
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Remove the temporary files killed atomic writes left in ``directory``; returns them."""
+    now = time.time()
+    removed = []
+    for path in directory.glob(".*.tmp"):
+        with suppress(OSError):
+            if path.is_file() and now - path.stat().st_mtime > STALE_TEMPORARY_S:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _create_exclusively(path: Path, text: str) -> bool:
+    """Write ``path`` only if nothing is there: True when this call created it (whole), False when
+    another did first. A hard link from a finished temporary file makes it appear complete."""
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    return True
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
