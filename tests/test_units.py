@@ -196,10 +196,6 @@ def test_reset_options_come_from_the_benchmark_file() -> None:
             "axis summary key 'sr_per_split' is a key of summary.json",
         ),
         (
-            ("{field: split, label: split,", "{field: split, label: split, title_case: true}\n  - {field: split,"),
-            "two axes share a field",
-        ),
-        (
             ("{field: split, label: split,", "{field: split, summary: sr_by_split,"),
             "the split axis's summary key is sr_per_split",
         ),
