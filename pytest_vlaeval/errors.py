@@ -67,3 +67,7 @@ class ResultLost(EpisodeError, kind="lost"):
 
 class EpisodeFailed(AssertionError):
     """The success latch never fired."""
+
+
+class EnvCloseWarning(UserWarning):
+    """An env raised while being closed: its episodes are over and counted; no episode is charged."""

@@ -21,15 +21,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pytest_vlaeval.episodes.loop import EpisodeResult, env_call, instruction_text, policy_view
+from pytest_vlaeval.episodes.loop import (
+    EpisodeResult,
+    Step,
+    checked_reset,
+    checked_step,
+    env_call,
+    instruction_text,
+    policy_view,
+    step_limit,
+)
 from pytest_vlaeval.errors import EnvError, EpisodeError, EpisodeTimeout
 from pytest_vlaeval.policy.batched import BatchEpisode, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
 
 Reset = tuple[dict[str, Any], dict[str, Any]]
 """One row's ``(obs, info)`` after reset."""
-Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
-"""One row's ``(obs, reward, terminated, truncated, info)``, plain Python scalars, ``info["success"]`` a bool."""
 
 
 class RowEnvs(Protocol):
@@ -58,15 +65,19 @@ class SeparateEnvs:
     def __init__(self, envs: Sequence[Any]) -> None:
         self.envs = list(envs)
         self.num_envs = len(self.envs)
-        self.max_episode_steps = int(self.envs[0].max_episode_steps)
+        self.max_episode_steps = self.envs[0].max_episode_steps  # checked where the block runs (``step_limit``)
         self.render_backend = getattr(self.envs[0], "render_backend", "none")
 
     def reset(self, seeds: Sequence[int], options: dict[str, Any]) -> list[Reset | EpisodeError]:
-        return [_row(env.reset, seed=seed, options=dict(options)) for env, seed in zip(self.envs, seeds, strict=False)]
+        return [
+            _row(checked_reset, env.reset, seed=seed, options=dict(options))
+            for env, seed in zip(self.envs, seeds, strict=False)
+        ]
 
     def step(self, actions: Sequence[np.ndarray | None]) -> list[Step | EpisodeError | None]:
         return [
-            None if action is None else _row(env.step, action) for env, action in zip(self.envs, actions, strict=True)
+            None if action is None else _row(checked_step, env.step, action)
+            for env, action in zip(self.envs, actions, strict=True)
         ]
 
     def close(self) -> None:
@@ -74,10 +85,11 @@ class SeparateEnvs:
             env.close()
 
 
-def _row(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """One row's env call; its failure (blamed on the env) is that row's outcome."""
+def _row(checked: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """One row's env call, its result ``checked`` against the contract; its failure (blamed on
+    the env) is that row's outcome."""
     try:
-        return env_call(fn, *args, **kwargs)
+        return checked(env_call(fn, *args, **kwargs))
     except EpisodeTimeout:
         raise  # the block's deadline: every row still running ends
     except EpisodeError as exc:
@@ -114,7 +126,7 @@ def run_block(
     opened: list[_Row] = []
     live: list[_Row] = []
     try:
-        max_steps = int(envs.max_episode_steps)
+        max_steps = step_limit(envs)
         for slot, (seed, index, reset) in enumerate(
             zip(seeds, indices, envs.reset(seeds, dict(reset_options or {})), strict=True)
         ):
@@ -147,8 +159,7 @@ def run_block(
                     outcomes[row.slot] = _finish(row, engine)
             live = [row for row in live if outcomes[row.slot] is None]
     except EpisodeError as exc:  # the whole simulator, or the block's deadline: every row still open ends
-        for row in live:
-            outcomes[row.slot] = exc
+        outcomes = [exc if outcome is None else outcome for outcome in outcomes]
     finally:
         for row in opened:
             engine.close(row.episode)

@@ -7,6 +7,8 @@ truncated, info)`` with ``info["success"]`` a bool, ``max_episode_steps`` and ``
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,8 +46,8 @@ def run_episode(
     ``reset_options`` are the benchmark's (``env.reset_options`` of its file), given to every reset.
     ``on_frame`` (for videos) sees the observation before every step and after the last one.
     """
-    obs, info = env_call(env.reset, seed=seed, options=dict(reset_options or {}))
-    max_steps = int(env.max_episode_steps)
+    obs, info = checked_reset(env_call(env.reset, seed=seed, options=dict(reset_options or {})))
+    max_steps = step_limit(env)
     instruction = instruction_text(info.get("language_instruction"))
     episode = EpisodeInfo(
         task=task, seed=seed, instruction=instruction, episode_index=episode_index, max_steps=max_steps
@@ -63,10 +65,10 @@ def run_episode(
             output = _policy_call(policy.act, policy_view(obs, policy_obs_keys, instruction))
             actions.extend(as_action_chunk(output, action_dim, policy.chunk_size))
         # A fresh array per step: some envs zero the previous action in place on reset.
-        obs, reward, terminated, truncated, info = env_call(env.step, actions.popleft().copy())
+        obs, reward, terminated, truncated, info = checked_step(env_call(env.step, actions.popleft().copy()))
         length += 1
-        total_return += float(reward)
-        success_once = success_once or bool(info["success"])
+        total_return += reward
+        success_once = success_once or info["success"]
         instruction = instruction_text(info.get("language_instruction"), default=instruction)
         if terminated or truncated:
             break
@@ -102,16 +104,84 @@ def _policy_call(fn: Callable[..., T], *args: Any) -> T:
     return _blame(PolicyError, "policy", fn, *args)
 
 
+Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+"""A step as the loops use it: ``(obs, reward, terminated, truncated, info)``, the reward a finite
+float, the flags and ``info["success"]`` bools."""
+
+
+def checked_reset(value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What ``env.reset`` returned, if it is ``(obs, info)`` with two dicts; else ``EnvError`` saying
+    what came back (the env broke its contract: never the harness's fault, never a failure)."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise EnvError(f"env.reset returned {_described(value)}; expected (obs, info)")
+    obs, info = value
+    for name, part in (("obs", obs), ("info", info)):
+        if not isinstance(part, Mapping):
+            raise EnvError(f"env.reset returned {name} as {_described(part)}; expected a dict")
+    return dict(obs), dict(info)
+
+
+def checked_step(value: Any) -> Step:
+    """What ``env.step`` returned, if it keeps the contract; else ``EnvError`` saying what came back."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 5):
+        raise EnvError(f"env.step returned {_described(value)}; expected (obs, reward, terminated, truncated, info)")
+    obs, reward, terminated, truncated, info = value
+    if not isinstance(obs, Mapping):
+        raise EnvError(f"env.step returned obs as {_described(obs)}; expected a dict")
+    if not isinstance(info, Mapping) or "success" not in info:
+        raise EnvError(f"env.step returned info {_described(info)}; expected a dict with 'success'")
+    reward_value = _scalar(reward, "reward", real=True)
+    if not math.isfinite(reward_value):
+        raise EnvError(f"env.step returned reward {reward_value}; expected a finite number")
+    info = dict(info)
+    info["success"] = _scalar(info["success"], "info['success']")
+    return dict(obs), reward_value, _scalar(terminated, "terminated"), _scalar(truncated, "truncated"), info
+
+
+def step_limit(env: Any) -> int:
+    """The env's ``max_episode_steps``, a positive int, else ``EnvError``."""
+    limit = getattr(env, "max_episode_steps", None)
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+        raise EnvError(f"env.max_episode_steps is {_described(limit)}; expected a positive int")
+    return int(limit)
+
+
+def _scalar(value: Any, name: str, *, real: bool = False) -> Any:
+    """A Python or numpy scalar, or a 0-d array or tensor, as a float (``real``) or a bool;
+    ``EnvError`` for anything else (None, an array of several values, text)."""
+    item = value.item() if getattr(value, "ndim", None) == 0 and hasattr(value, "item") else value
+    if real:
+        usable = isinstance(item, numbers.Real) and not isinstance(item, (bool, np.bool_))
+    else:
+        usable = isinstance(item, (bool, np.bool_, numbers.Integral))
+    if not usable:
+        raise EnvError(f"env.step returned {name} as {_described(value)}; expected {'a number' if real else 'a bool'}")
+    return float(item) if real else bool(item)
+
+
+def _described(value: Any) -> str:
+    """A value as an error line names it, on one line: its type, and its shape, its items' types
+    or a short repr."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__} of shape {tuple(shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__} of {len(value)} ({', '.join(type(item).__name__ for item in value)})"
+    text = " ".join(repr(value).split())
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
 def env_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call into the env; an unexpected exception becomes ``EnvError`` naming the call."""
     return _blame(EnvError, "env", fn, *args, **kwargs)
 
 
 def _blame(error: type[EpisodeError], owner: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call ``fn``; an unexpected exception becomes ``error`` naming who raised it."""
+    """Call ``fn``; an unexpected exception becomes ``error`` naming who raised it, ``SystemExit``
+    too (a policy or env calling ``sys.exit`` has failed, not ended the session)."""
     try:
         return fn(*args, **kwargs)
     except EpisodeError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise error(f"{owner}.{fn.__name__} raised {type(exc).__name__}: {exc}") from exc

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from pytest_vlaeval.episodes.block import SeparateEnvs, run_block
 from pytest_vlaeval.episodes.deadline import deadline
 from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.episodes.video import EpisodeVideo
-from pytest_vlaeval.errors import AssetMissing, EnvError, EpisodeError, EpisodeTimeout, PolicyError
+from pytest_vlaeval.errors import AssetMissing, EnvCloseWarning, EnvError, EpisodeError, EpisodeTimeout, PolicyError
 from pytest_vlaeval.importing import load_reference, split_reference
 from pytest_vlaeval.policy.batched import PolicyEngine
 from pytest_vlaeval.policy.contract import Policy, describe_policy
@@ -238,9 +239,18 @@ class EpisodeRunner:
         return SeparateEnvs(envs)
 
     def close_env(self) -> None:
-        env, self._env, self._env_task, self._env_error = self._env, None, None, None
-        if env is not None:
+        """Close the env kept; one that raises on close is reported against its own task, as a
+        warning: the episodes it ran are over, and the next one (maybe another task's) is not its."""
+        env, task = self._env, self._env_task
+        self._env, self._env_task, self._env_error = None, None, None
+        if env is None:
+            return
+        try:
             env.close()
+        except Exception as exc:
+            warnings.warn(
+                EnvCloseWarning(f"closing the env of {task} raised {type(exc).__name__}: {exc}"), stacklevel=2
+            )
 
     def _keep_video(self, video: EpisodeVideo | None, task: Task, seed: int, *, success: bool) -> str | None:
         """Write the episode's video when the mode asks for it (``failed``: anything but success)."""

@@ -1,0 +1,147 @@
+"""Who broke the contract is who gets the blame: an env returning the wrong things is an ``env``
+error saying what came back, a policy calling ``sys.exit`` a ``policy`` error; never the harness,
+never a failure, never a NaN in the canonical files. Alone and in lockstep blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import episode_records, run_dir
+
+BROKEN_ENVS = """
+import numpy as np
+
+BEHAVIOURS = {
+    "ResetNone-v0": "env.reset returned NoneType None; expected (obs, info)",
+    "FourTuple-v0": "env.step returned tuple of 4 (dict, float, bool, dict); expected (obs, reward, terminated",
+    "InfoNone-v0": "env.step returned info NoneType None; expected a dict with 'success'",
+    "NoSuccess-v0": "expected a dict with 'success'",
+    "ArraySuccess-v0": "env.step returned info['success'] as ndarray of shape (2,); expected a bool",
+    "NoneReward-v0": "env.step returned reward as NoneType None; expected a number",
+    "ArrayReward-v0": "env.step returned reward as ndarray of shape (3,); expected a number",
+    "NanReward-v0": "env.step returned reward nan; expected a finite number",
+    "NoStepLimit-v0": "env.max_episode_steps is NoneType None; expected a positive int",
+}
+
+
+class Broken:
+    def __init__(self, task):
+        self.kind = task.env_id
+        self.max_episode_steps = None if self.kind == "NoStepLimit-v0" else task.max_steps
+
+    def reset(self, *, seed, options):
+        if self.kind == "ResetNone-v0":
+            return None
+        return self._obs(), {"success": False}
+
+    def step(self, action):
+        obs, info, reward = self._obs(), {"success": False}, 0.0
+        if self.kind == "FourTuple-v0":
+            return obs, reward, False, info
+        if self.kind == "InfoNone-v0":
+            info = None
+        elif self.kind == "NoSuccess-v0":
+            info = {}
+        elif self.kind == "ArraySuccess-v0":
+            info = {"success": np.array([True, False])}
+        elif self.kind == "NoneReward-v0":
+            reward = None
+        elif self.kind == "ArrayReward-v0":
+            reward = np.zeros(3)
+        elif self.kind == "NanReward-v0":
+            reward = float("nan")
+        return obs, reward, False, False, info
+
+    def _obs(self):
+        return {"rgb": np.zeros((1, 2, 2, 6), np.uint8), "proprio": np.zeros((1, 7), np.float32)}
+
+    def close(self):
+        pass
+
+
+def make_env(task, benchmark, render_request):
+    return Broken(task)
+
+
+class Exits:
+    chunk_size = 1
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        raise SystemExit(3)
+"""
+
+
+def broken_benchmark(fake: pytest.Pytester) -> dict[str, str]:
+    fake.makepyfile(broken_envs=BROKEN_ENVS)
+    namespace: dict = {}
+    exec(BROKEN_ENVS, namespace)
+    behaviours = namespace["BEHAVIOURS"]
+    tasks = "".join(
+        f"  - {{env_id: {env_id}, split: broken, max_steps: 3, memory_type: Object}}\n" for env_id in behaviours
+    )
+    text = (fake.path / "fake.yaml").read_text().replace("fake_env:make_env", "broken_envs:make_env")
+    fake.makefile(".yaml", broken=text.split("tasks:")[0] + "tasks:\n" + tasks)
+    return behaviours
+
+
+@pytest.mark.parametrize("lockstep", ["1", "2"])
+def test_an_env_breaking_its_contract_is_an_env_error_saying_what_came_back(
+    fake: pytest.Pytester, lockstep: str
+) -> None:
+    behaviours = broken_benchmark(fake)
+    result = fake.runpytest(
+        "--benchmark=broken.yaml", "--episodes=2", "-p", "no:cacheprovider", f"--vla-lockstep={lockstep}"
+    )
+    assert "INTERNALERROR" not in result.stdout.str()
+    records = episode_records(run_dir(fake))
+    assert len(records) == 2 * len(behaviours)
+    for (env_id, _), record in records.items():
+        assert (record["outcome"], record["error_kind"]) == ("error", "env"), record
+        assert behaviours[env_id] in record["message"] and "\n" not in record["message"], record["message"]
+    for path in run_dir(fake).glob("*.json"):
+        assert "NaN" not in path.read_text() and "Infinity" not in path.read_text(), path
+        json.loads(path.read_text())
+
+
+def test_a_policy_calling_sys_exit_is_a_policy_error(fake: pytest.Pytester) -> None:
+    broken_benchmark(fake)
+    fake.runpytest(
+        "--benchmark=fake.yaml:short", "--episodes=1", "--policy=broken_envs:Exits", "-p", "no:cacheprovider"
+    )
+    records = episode_records(run_dir(fake))
+    assert {(r["outcome"], r["error_kind"]) for r in records.values()} == {("error", "policy")}
+    assert all("policy.act raised SystemExit: 3" in r["message"] for r in records.values())
+
+
+CLOSE_RAISES = """
+import fake_env
+
+
+class RaisesOnClose(fake_env.FakeEnv):
+    def close(self):
+        raise RuntimeError("the simulator would not let go")
+
+
+def make_env(task, benchmark, render_request):
+    if task.env_id == "Alpha-v0":
+        return RaisesOnClose(task, benchmark, render_request)
+    return fake_env.make_env(task, benchmark, render_request)
+"""
+
+
+def test_an_env_raising_on_close_is_reported_against_its_task_and_charges_no_episode(fake: pytest.Pytester) -> None:
+    """Alpha's env raises when the worker closes it to build Beta's: Beta's episodes are Beta's."""
+    fake.makepyfile(close_raises=CLOSE_RAISES)
+    fake.makefile(
+        ".yaml", closing=(fake.path / "fake.yaml").read_text().replace("fake_env:make_env", "close_raises:make_env")
+    )
+    result = fake.runpytest("--benchmark=closing.yaml:short", "--episodes=2", "-p", "no:cacheprovider", "-W", "always")
+    records = episode_records(run_dir(fake))
+    assert {r["outcome"] for r in records.values()} <= {"success", "failure"}, records
+    result.stdout.fnmatch_lines(
+        ["*EnvCloseWarning: closing the env of Alpha-v0 raised RuntimeError: the simulator would not let go*"]
+    )
