@@ -19,7 +19,7 @@ from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
 from pytest_vlaeval.controller.report import completion_command, render_summary, write_outputs
-from pytest_vlaeval.controller.watch import EpisodeWatch, holder
+from pytest_vlaeval.controller.watch import EpisodeWatch, holder, keep_cut_off_workers_down, worker_ender
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
@@ -106,7 +106,7 @@ class ResultsController:
         """Note the worker's process, for the watch to end it if it freezes (xdist has the
         worker's process info at hand: it is asked for once when the worker is set up)."""
         if self.watch is not None:
-            self.watch.worker_ready(node.gateway.id, node.gateway._rinfo().pid)
+            self.watch.worker_ready(node.gateway.id, worker_ender(node.gateway, self.watch.cut_off))
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         key = self.ledger.scheduled.get(nodeid)
@@ -207,10 +207,12 @@ class ResultsController:
         if gate is not None and reporter is not None:
             for line in gate.start_lines():
                 reporter.write_line(line, yellow=line.endswith(UNDECIDED), bold=True)
-        if session.config.pluginmanager.has_plugin("dsession"):  # workers to watch
+        dsession = session.config.pluginmanager.get_plugin("dsession")
+        if dsession is not None:  # workers to watch
             self.watch = EpisodeWatch(
                 self.run.timeout, 1 + self.run.retries, self.progress.notice, self.progress.show_stalled
             )
+            keep_cut_off_workers_down(dsession, self.watch.cut_off)
             self.watch.start()
 
     def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,10 @@ class EpisodeWatch:
         self.show_stalled = show_stalled
         self._lock = threading.Lock()
         self._held: dict[str, Held] = {}
-        self._pids: dict[str, int] = {}
+        self._enders: dict[str, Callable[[], str]] = {}
+        """How to end each worker: a callable that ends it and says how (``worker_ender``)."""
+        self.cut_off: set[str] = set()
+        """Remote workers whose connection the watch closed: their host may be frozen too."""
         self._durations: list[float] = []
         self._announced: set[str] = set()
         self.ended: dict[str, str] = {}
@@ -87,9 +91,9 @@ class EpisodeWatch:
 
     # -- what the controller hears ------------------------------------------------------
 
-    def worker_ready(self, worker: str, pid: int) -> None:
+    def worker_ready(self, worker: str, end: Callable[[], str]) -> None:
         with self._lock:
-            self._pids[worker] = pid
+            self._enders[worker] = end
 
     def started(self, nodeid: str, worker: str, task: str, seed: int) -> None:
         with self._lock:
@@ -133,8 +137,8 @@ class EpisodeWatch:
         self.show_stalled(stalled)
 
     def _end(self, nodeid: str, episode: Held, now: float) -> None:
-        pid = self._pids.get(episode.worker)
-        if pid is None or episode.worker in self.ended:
+        end = self._enders.get(episode.worker)
+        if end is None or episode.worker in self.ended:
             return
         assert self.limit_s is not None and self.end_after_s is not None
         why = (
@@ -142,11 +146,8 @@ class EpisodeWatch:
             f"--vla-timeout={self.limit_s:g}s per attempt, and was ended by the controller (frozen?)"
         )
         self.ended[episode.worker] = why
-        self.notice(
-            f"vlaeval: {episode.describe(now)}, past {_seconds(self.end_after_s)}: ending it; xdist replaces it"
-        )
-        with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
-            os.kill(pid, signal.SIGKILL)
+        how = end()
+        self.notice(f"vlaeval: {episode.describe(now)}, past {_seconds(self.end_after_s)}: {how}")
 
     def _stall_s(self) -> float:
         if not self._durations:
@@ -160,6 +161,52 @@ class EpisodeWatch:
 
 def _seconds(value: float) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f}min"
+
+
+def worker_ender(gateway: Any, cut_off: set[str]) -> Callable[[], str]:
+    """How the watch ends a frozen worker. One on this host (``popen``) gets SIGKILL by its process
+    id. A remote one's process id names a process on its own host (and in its own PID namespace):
+    signalling that number here would hit an unrelated local process. Its connection is closed
+    instead, so xdist counts the worker as lost and the session goes on without a replacement on
+    that host (``keep_cut_off_workers_down``); the line says where it runs, for whoever must end it
+    there."""
+    spec, pid = gateway.spec, gateway._rinfo().pid
+    if spec.popen and not spec.via:
+
+        def end_local() -> str:
+            with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
+                os.kill(pid, signal.SIGKILL)
+            return "ending it; xdist replaces it"
+
+        return end_local
+    where = spec.socket or spec.ssh or spec.via or "another host"
+
+    def end_remote() -> str:
+        cut_off.add(gateway.id)
+        gateway.exit()
+        with contextlib.suppress(OSError, AttributeError):
+            gateway._io.close_read()  # a frozen peer never closes its side: stop waiting on it here
+        return (
+            f"it runs on {where} (process {pid} there), which cannot be signalled from here: its connection is "
+            f"closed and the session goes on without it; end process {pid} on {where} if it still runs"
+        )
+
+    return end_remote
+
+
+def keep_cut_off_workers_down(dsession: Any, cut_off: set[str]) -> None:
+    """xdist replaces a lost worker with a new one of the same spec; for a remote worker the watch
+    cut off, that means connecting to a host that may be frozen too, and waiting on it forever.
+    Such a worker is not replaced (xdist's ``DSession._clone_node``, wrapped); others are."""
+    clone = dsession._clone_node
+
+    def clone_unless_cut_off(node: Any) -> Any:
+        if node.gateway.id in cut_off:
+            dsession.report_line(f"not replacing {node.gateway.id}: its host stopped answering")
+            return None
+        return clone(node)
+
+    dsession._clone_node = clone_unless_cut_off
 
 
 def holder(config: pytest.Config, nodeid: str) -> str | None:

@@ -72,3 +72,63 @@ def test_socket_workers_send_their_episodes_to_the_controller(fake: pytest.Pytes
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 6
     hosts = [Path(spec.split("//chdir=")[1]) for spec in socket_hosts]
     assert not any((host / "results").exists() for host in hosts), "results live on the controller"
+
+
+FREEZES = """
+import os
+import signal
+
+from fake_env_base import *  # noqa: F403  (the fake benchmark's env, frozen at its first step here)
+from fake_env_base import FakeEnv, make_env as base_make_env
+
+
+def make_env(task, benchmark, render_request):
+    env = base_make_env(task, benchmark, render_request)
+    env.step = lambda action: os.kill(os.getpid(), signal.SIGSTOP)
+    return env
+"""
+
+
+def test_a_frozen_remote_worker_is_cut_off_and_no_local_process_is_signalled(
+    fake: pytest.Pytester, tmp_path: Path
+) -> None:
+    """A socket worker in its own PID namespace, whose process id there is the id of a local decoy,
+    freezes mid-episode: the controller must not signal that id here (the decoy lives); it closes
+    the worker's connection, does not wait on a replacement from that host, records the episode as
+    a crash and finishes."""
+    home = tmp_path / "remote"
+    home.mkdir()
+    (home / "fake.yaml").write_text((TESTS / "fake.yaml").read_text())
+    (home / "fake_env_base.py").write_text((TESTS / "fake_env.py").read_text())
+    (home / "fake_env.py").write_text(FREEZES)
+    decoy = subprocess.Popen(["sleep", "600"])
+    port = free_port()
+    namespace = subprocess.Popen(
+        [
+            "unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+            f"echo {decoy.pid - 1} > /proc/sys/kernel/ns_last_pid; {sys.executable} "
+            f"{execnet_socketserver.__file__} 127.0.0.1:{port} & wait",
+        ],
+        cwd=home, env={"PYTHONPATH": str(home), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_for(port)
+        result = fake.runpytest_subprocess(
+            f"--tx=socket=127.0.0.1:{port}//chdir={home}", "--tx=popen", "--benchmark=fake.yaml:short",
+            "--vla-timeout=1", "-p", "no:cacheprovider", timeout=180,
+        )  # fmt: skip
+        assert decoy.poll() is None, "the controller signalled a local process with the remote worker's id"
+    finally:
+        for process in (decoy, namespace):
+            process.kill()
+            process.wait()
+    output = result.stdout.str()
+    assert "cannot be signalled from here" in output and f"end process {decoy.pid} on 127.0.0.1:{port}" in output
+    records = episode_records(run_dir(fake))
+    assert len(records) == 6, records
+    errors = sorted(r["error_kind"] for r in records.values() if r["outcome"] == "error")
+    # The frozen episode crashed with its worker; the rest of that worker's queue had nobody left to
+    # run it (the local worker had finished its own): errors, never silently missing.
+    assert errors[0] == "crash" and set(errors[1:]) <= {"lost"}, errors
+    assert {r["worker"] for r in records.values() if r["outcome"] != "error"} == {"gw1"}
