@@ -200,6 +200,17 @@ class BenchmarkCollection:
         self.plan.runner.close_env()
 
 
+SECTION_LIMIT = 20_000
+"""The most characters of an error's detail shown in the session's output (the record keeps all)."""
+
+
+def bounded(text: str) -> str:
+    """``text`` as a report section shows it: its end (where a traceback says what broke) when long."""
+    if len(text) <= SECTION_LIMIT:
+        return text
+    return f"... ({len(text) - SECTION_LIMIT:,} characters before, in the episode's record)\n{text[-SECTION_LIMIT:]}"
+
+
 class EpisodeReports:
     """Puts each episode's records on the report that settles it (setup error or call), and
     shows an episode error as its one-line message, the original traceback as a section."""
@@ -213,7 +224,7 @@ class EpisodeReports:
         if call.when == "setup" and report.failed and call.excinfo and call.excinfo.errisinstance(EpisodeError):
             report.longrepr = record.message
             if record.detail:
-                report.sections.append(("episode error traceback", record.detail))
+                report.sections.append(("episode error traceback", bounded(record.detail)))
         if record.video and (call.when == "call" or report.failed):
             report.sections.append(("episode video", record.video))
         if call.when == "call" or (call.when == "setup" and report.failed):

@@ -83,12 +83,25 @@ def timestamp() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+MESSAGE_LIMIT = 500
+"""The longest error message a record carries, in characters."""
+
+
 def error_record(
     task: str, seed: int, error: EpisodeError, *, worker: str, wall_time: float = 0.0, **extra: Any
 ) -> EpisodeRecord:
     """The record of an episode the harness could not evaluate; its message and kind come from
-    the error, and the traceback of the error's cause (a policy's or simulator's own) is kept."""
+    the error, and the traceback of the error's cause (a policy's or simulator's own) is kept. The
+    message is one line of at most ``MESSAGE_LIMIT`` characters (a policy's exception may hold
+    megabytes, and the message is printed); a longer one is whole in ``detail``."""
+    text = str(error)
+    message = " ".join(text.split())
     detail = "".join(traceback.format_exception(error.__cause__)) if error.__cause__ else None
+    if len(message) > MESSAGE_LIMIT:
+        message = (
+            f"{message[:MESSAGE_LIMIT]}... ({len(message) - MESSAGE_LIMIT:,} more characters in the record's detail)"
+        )
+        detail = f"{text}\n\n{detail or ''}".rstrip() + "\n"
     return EpisodeRecord(
         task=task,
         seed=seed,
@@ -96,7 +109,7 @@ def error_record(
         success=None,
         episode_return=None,
         length=None,
-        message=str(error),
+        message=message,
         wall_time=wall_time,
         worker=worker,
         time=timestamp(),

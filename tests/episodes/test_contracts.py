@@ -145,3 +145,29 @@ def test_an_env_raising_on_close_is_reported_against_its_task_and_charges_no_epi
     result.stdout.fnmatch_lines(
         ["*EnvCloseWarning: closing the env of Alpha-v0 raised RuntimeError: the simulator would not let go*"]
     )
+
+
+def test_a_huge_error_message_is_one_bounded_line_and_whole_in_the_record(fake: pytest.Pytester) -> None:
+    """A policy raising with 5 MB of text: a line of 500 characters per episode on the terminal, all 5 MB
+    in the record's detail."""
+    fake.makepyfile(
+        loud="""
+class Loud:
+    chunk_size = 1
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        raise RuntimeError("x" * 5_000_000)
+"""
+    )
+    result = fake.runpytest(
+        "--benchmark=fake.yaml:short", "--episodes=2", "--policy=loud:Loud", "-p", "no:cacheprovider"
+    )
+    assert len(result.stdout.str()) < 400_000, "the terminal is not flooded"
+    records = episode_records(run_dir(fake))
+    assert len(records) == 4
+    for record in records.values():
+        assert len(record["message"]) < 600 and record["message"].endswith("more characters in the record's detail)")
+        assert "x" * 5_000_000 in record["detail"]
