@@ -10,7 +10,6 @@ wins, so merging the same shard twice changes nothing.
 from __future__ import annotations
 
 import argparse
-import filecmp
 import json
 import shlex
 import shutil
@@ -26,7 +25,7 @@ from pytest_vlaeval.results.rundir import RunDir, attempt_write, shard_of, writi
 from pytest_vlaeval.results.runfiles import read_json
 from pytest_vlaeval.results.schema import Fingerprint
 from pytest_vlaeval.results.store import RunStore
-from pytest_vlaeval.spec import Benchmark, load_benchmark, resolve_benchmark, select
+from pytest_vlaeval.spec import Benchmark, builtin_benchmarks, load_benchmark, resolve_benchmark, select
 
 
 def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> list[str]:
@@ -53,15 +52,7 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
     copied = 0
     for directory in run_dirs:
         for log in RunDir(directory).logs():
-            target = store.dir.episodes / log.name
-            if target.exists():
-                if not filecmp.cmp(log, target, shallow=False):
-                    raise SpecError(f"{target} exists with other content than {log}")
-                continue
-            with writing(target):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(log, target)
-            copied += 1
+            copied += _copy_log(log, store.dir.episodes / log.name)
 
     benchmark = _benchmark(run_dirs, reference, benchmark_arg)
     if benchmark.digest != reference["benchmark_digest"]:
@@ -83,10 +74,10 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
     )
     attempt_write(store.dir.chart, lambda: write_chart(body, per_task, store.dir.chart), unwritten)
 
-    lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new episode logs"]
+    lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new or grown episode logs"]
     lines += [f"not written: {line}" for line in unwritten]
     lines += [
-        f"shard {index}/{count} has no episode log: run `{rerun_command(reference, f'--vla-shard={index}/{count}')}`"
+        f"shard {index}/{count} has no episode log: run `{rerun_command(reference, store.dir, f'--vla-shard={index}/{count}')}`"
         for index, count in missing_shards(out)
     ]
     lines.append(
@@ -95,9 +86,32 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None) -> 
     )
     if body["n_errors"] or body["n_missing"]:
         lines.append(
-            f"fill the gaps with: {rerun_command(reference, '--vla-rerun=incomplete', f'--vla-results={out.parent}')}"
+            f"fill the gaps with: {rerun_command(reference, store.dir, '--vla-rerun=incomplete', f'--vla-results={out.parent}')}"
         )
     return lines
+
+
+def _copy_log(log: Path, target: Path) -> int:
+    """Copy an episode log into the merged run (1), or bring an earlier copy up to date (1 when it
+    grew, 0 when it was whole): a log only grows by whole lines, so an earlier copy (made while its
+    session was still writing, or cut short by a killed merge) is a prefix of it, and is extended."""
+    with writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            shutil.copyfile(log, target)
+            return 1
+        have, source = target.stat().st_size, log.stat().st_size
+        with log.open("rb") as new, target.open("rb") as old:
+            if have > source or new.read(have) != old.read():
+                raise SpecError(
+                    f"{target} is not a copy of {log} (nor the start of one): remove {target} and merge again"
+                )
+            rest = new.read()
+        if not rest:
+            return 0
+        with target.open("ab") as old:
+            old.write(rest)
+        return 1
 
 
 def _benchmark(run_dirs: list[Path], fingerprint: dict[str, Any], benchmark_arg: str | None) -> Benchmark:
@@ -119,11 +133,13 @@ def missing_shards(run_dir: Path) -> list[tuple[int, int]]:
     return [(i, n) for n, present in sorted(seen.items()) for i in range(1, n + 1) if i not in present]
 
 
-def rerun_command(fingerprint: dict[str, Any], *extra: str) -> str:
-    """The pytest command that evaluates (part of) the run a fingerprint describes."""
+def rerun_command(fingerprint: Fingerprint, run_dir: RunDir, *extra: str) -> str:
+    """The pytest command that evaluates (part of) the run a fingerprint describes: with the built-in
+    benchmark of that name, else with the copy of the benchmark file the run keeps."""
+    benchmark = fingerprint["benchmark"] if fingerprint["benchmark"] in builtin_benchmarks() else str(run_dir.spec)
     args = [
         "pytest",
-        f"--benchmark={fingerprint['benchmark']}:{fingerprint['split']}",
+        f"--benchmark={benchmark}:{fingerprint['split']}",
         f"--policy={fingerprint['policy']}",
     ]
     args += [f"--vla-tasks={','.join(fingerprint['tasks'])}", f"--episodes={fingerprint['episodes']}"]

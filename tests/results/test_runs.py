@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -188,10 +189,12 @@ def test_merge_reports_a_missing_shard_and_refuses_a_different_run(
     benchmark = str(fake.path / "fake.yaml")
     assert vlaeval(["merge", str(a), "--out", str(fake.path / "m"), "--benchmark", benchmark]) == 0
     out = capsys.readouterr().out
-    assert (
-        "shard 2/3 has no episode log: run `pytest --benchmark=fake:short --policy=random" in out
-        and "--vla-shard=2/3`" in out
-    )
+    kept = fake.path / "m" / "benchmark.yaml"
+    command = re.search(r"shard 2/3 has no episode log: run `(.*)`", out)
+    assert command is not None and command.group(1).startswith(f"pytest --benchmark={kept}:short --policy=random")
+    assert command.group(1).endswith("--vla-shard=2/3"), "a YAML-file benchmark is named by the copy the run keeps"
+    args = shlex.split(command.group(1))[1:]
+    assert fake.runpytest(*args, "-p", "no:cacheprovider", "--vla-results=shard2").ret in (0, 1), "the advice runs"
     assert "fill the gaps with: pytest " in out and "--vla-rerun=incomplete" in out
     assert vlaeval(["merge", str(a), str(z), "--out", str(fake.path / "m2"), "--benchmark", benchmark]) == 2
     assert "is not the same run" in capsys.readouterr().out and "policy" in out + "policy"

@@ -212,3 +212,30 @@ def test_of_sessions_claiming_one_run_at_once_only_one_kind_is_accepted(tmp_path
     assert accepted == {on_disk}
     assert not list(run.glob(".*.tmp"))
     shutil.rmtree(run)
+
+
+def test_a_merge_made_while_a_session_writes_is_brought_up_to_date(
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first merge copies a log its session is still appending to; a second merge extends that
+    copy. A copy that is not the start of its log names the file to remove. Ctrl-C is one line."""
+    from pytest_vlaeval.cli import main
+
+    fake.runpytest(*SHORT)
+    run = run_dir(fake)
+    (log,) = (run / "episodes").iterdir()
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:2]))  # the session has written two of its records so far
+    merged = fake.path / "merged"
+    assert main(["merge", str(run), "--out", str(merged)]) == 0
+    log.write_text("".join(lines))  # ... and then the rest
+    assert main(["merge", str(run), "--out", str(merged)]) == 0
+    assert (merged / "episodes" / log.name).read_text() == "".join(lines)
+    assert json.loads((merged / "summary.json").read_text())["n_completed"] == 4
+
+    (merged / "episodes" / log.name).write_text("something else\n")
+    proc = vlaeval("merge", str(run), "--out", str(merged), cwd=fake.path)
+    assert_one_line(proc, f"is not a copy of {log} (nor the start of one): remove {merged / 'episodes' / log.name}")
+
+    monkeypatch.setattr(shutil, "copyfile", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(["merge", str(run), "--out", str(fake.path / "third")]) == 130
