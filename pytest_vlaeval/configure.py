@@ -10,14 +10,13 @@ import dataclasses
 import importlib.util
 import math
 import os
-import signal
 import tempfile
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_vlaeval import termination
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
@@ -60,7 +59,7 @@ def start(config: pytest.Config) -> None:
 
     keep_session_stderr()
     share_cpu_threads()
-    _interrupt_on_termination(config)
+    config.add_cleanup(termination.interrupt_on_termination())
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
@@ -69,36 +68,6 @@ def start(config: pytest.Config) -> None:
     _register_episodes(config, run, _policy_to_run(config, run, served))
     if controller:
         _register_controller(config, run, store, latest, gate)
-
-
-TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-"""How CI runners and batch schedulers stop a job (SIGTERM), and a closed terminal (SIGHUP)."""
-
-
-def _interrupt_on_termination(config: pytest.Config) -> None:
-    """The first termination signal interrupts the session as Ctrl-C does, in the controller
-    and in every worker: finished episodes are kept, the summary says the run is partial and
-    interrupted, and the completion command is printed. A second one ends the process at once.
-    A signal the session was started ignoring (``nohup``) stays ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = {signum: signal.getsignal(signum) for signum in TERMINATION_SIGNALS}
-    handled = [signum for signum, handler in previous.items() if handler is not signal.SIG_IGN]
-
-    def interrupt(signum: int, frame: object) -> None:
-        for each in handled:
-            signal.signal(each, signal.SIG_DFL)
-        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
-
-    for signum in handled:
-        signal.signal(signum, interrupt)
-
-    def restore() -> None:
-        for signum in handled:
-            if previous[signum] is not None:  # None: set outside Python, nothing to restore
-                signal.signal(signum, previous[signum])
-
-    config.add_cleanup(restore)
 
 
 def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpec) -> None:

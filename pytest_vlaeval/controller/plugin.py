@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_vlaeval import termination
 from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
@@ -254,12 +255,16 @@ class ResultsController:
             self.gate = self.fixed.judge(per_task)
         if self.gate is not None:
             session.exitstatus = self._gate_exit_status(session.exitstatus, stopped)
-        self.write()
-        if self.canonical_unwritten is not None and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # the run's result was not kept
-        self.store.close()
-        assert self.written is not None
-        self.chart, unwritten = write_outputs(*self.written, self.gate, self.run)
+        with termination.deferred() as received:  # the run's files are written whole, signal or not
+            self.write()
+            if self.canonical_unwritten is not None and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # the run's result was not kept
+            self.store.close()
+            assert self.written is not None
+            self.chart, unwritten = write_outputs(*self.written, self.gate, self.run)
+        if received:
+            self.progress.notice(f"vlaeval: {received[0]} received while the run's files were written: they are whole")
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
         self.unwritten = [*filter(None, [self.canonical_unwritten]), *self.report_unwritten, *unwritten]
 
     @property

@@ -221,3 +221,39 @@ def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_epi
         shown = "".join(lines.queue)
         rows = set(re.findall(rf"worker {worker} has been on {task} seed {seed} for (\d+)s", shown))
         assert len(rows) > 1, shown
+
+
+SLOW_FINAL_WRITE = """
+import time
+from pathlib import Path
+
+import pytest_vlaeval.controller.plugin as plugin
+
+write_outputs = plugin.write_outputs
+
+
+def slow(*args, **kwargs):  # the chart and reports, written once, after the last episode
+    Path("writing").touch()
+    time.sleep(3)
+    return write_outputs(*args, **kwargs)
+
+
+plugin.write_outputs = slow
+"""
+
+
+def test_sigterm_during_the_final_write_finishes_it_then_ends_as_interrupted(fake: pytest.Pytester) -> None:
+    fake.makeconftest(SLOW_FINAL_WRITE)
+    proc = session(fake, "--policy=random", "--vla-live=off")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (fake.path / "writing").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "Traceback" not in output and "SIGTERM received while the run's files were written: they are whole" in output
+    (run,) = (fake.path / "results").iterdir()
+    summary = read_json(run / "summary.json")
+    assert summary["n_completed"] == 10 and summary["n_missing"] == 0
+    assert (run / "report.html").is_file(), "the outputs after the canonical files were written too"
