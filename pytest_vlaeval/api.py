@@ -114,7 +114,9 @@ def evaluate(
     under ``results`` (default: the policy's name and the time, so each call is a fresh run).
     Raises ``EvaluationError`` when the session cannot run (bad input, broken machine), and
     ``KeyboardInterrupt`` on Ctrl-C once the session has stored what it finished (complete the
-    run with the same ``run_name`` and ``resume=True``).
+    run with the same ``run_name`` and ``resume=True``). For a policy you do not trust, give
+    ``workers=1`` or more: without workers it runs in the session's own process, where one that
+    calls ``os._exit`` ends the session with no summary.
     """
     if workers and workers > 1 and _one_episode_at_a_time(policy):
         warnings.warn(
