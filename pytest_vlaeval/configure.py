@@ -74,7 +74,15 @@ def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpe
     from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.episodes.runner import EpisodeRunner
 
-    runner = EpisodeRunner(run.selection, policy, run.render, run.timeout, (run.video, run.dir.videos), run.lockstep)
+    runner = EpisodeRunner(
+        run.selection,
+        policy,
+        run.render,
+        run.timeout,
+        (run.video, run.dir.videos),
+        run.lockstep,
+        run.reference_order,
+    )
     plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note, run.sequential)
     config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
@@ -107,12 +115,18 @@ def _prepare_controller(
             _print_plan(gate, run)
         sequential = gate if run.sequential else None
         placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
-        scheduler.install(config, run.selection, sequential.scheduling() if sequential else None, run.lockstep)
+        scheduler.install(
+            config,
+            run.selection,
+            sequential.scheduling() if sequential else None,
+            run.lockstep,
+            whole_tasks=run.reference_order,
+        )
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run)
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
         num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
-        store.claim(fingerprint(run.selection, run.policy.identity, run.render, num_envs))
+        store.claim(fingerprint(run.selection, run.policy.identity, run.render, num_envs, run.reference_order))
         store.holds_policy()  # a damaged policy file stops the session now, not at its first episode
         store.keep_spec(run.selection.benchmark)
     except (SpecError, ResultsUnwritable) as exc:
@@ -225,6 +239,9 @@ def _run_context(config: pytest.Config) -> RunContext:
     retries = config.getoption("vla_retries")
     video = config.getoption("vla_video")
     lockstep = config.getoption("vla_lockstep") or 1
+    reference_order = bool(config.getoption("vla_reference_order"))
+    if reference_order:
+        _check_reference_order(config, lockstep, rerun, shard_arg)
     if video != "none" and lockstep > 1:
         raise SpecError(
             f"--vla-video={video} records lone episodes; it does not combine with --vla-lockstep={lockstep}"
@@ -249,9 +266,30 @@ def _run_context(config: pytest.Config) -> RunContext:
         timeout=config.getoption("vla_timeout"),
         video=video,
         lockstep=lockstep,
+        reference_order=reference_order,
         sequential=_sequential(config),
     )
     return run
+
+
+def _check_reference_order(config: pytest.Config, lockstep: int, rerun: str | None, shard: str | None) -> None:
+    """``--vla-reference-order`` runs a task's seeds as one sequence, from its first: what would
+    run part of a sequence, or split one, is refused."""
+    conflicts = [
+        ("--vla-resume" if config.getoption("vla_resume") else f"--vla-rerun={rerun}", rerun),
+        ("--vla-shard", shard),
+        ("--lf", config.getoption("lf", False)),
+        ("--ff", config.getoption("failedfirst", False)),
+        ("--vla-sequential", config.getoption("vla_sequential")),
+        (f"--vla-lockstep={lockstep}", lockstep > 1),
+        (f"--vla-retries={config.getoption('vla_retries')}", config.getoption("vla_retries")),
+    ]
+    named = [name for name, given in conflicts if given]
+    if named:
+        raise SpecError(
+            f"--vla-reference-order runs each task's seeds in order in one env, from its first; {named[0]} would "
+            f"break that sequence"
+        )
 
 
 def _check_range(

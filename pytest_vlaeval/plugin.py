@@ -68,6 +68,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "0-3 (one GPU each), 0-1:0-3 (two workers per GPU), 0-3:0-1 (two GPUs each), all. Sets -n when not given.",
     )
     group.addoption(
+        "--vla-reference-order",
+        action="store_true",
+        help="run each task's seeds in order in one env, reset as the benchmark's reference runner resets "
+        "(MIKASA: plain resets, so an episode depends on the one before it), to match numbers that runner "
+        "produced; one worker per task, no reruns of single episodes, no shards [off: every episode is what "
+        "its seed gives in a fresh env]",
+    )
+    group.addoption(
         "--vla-lockstep",
         type=int,
         metavar="K",

@@ -35,6 +35,8 @@ class RunContext:
     video: str = "none"
     lockstep: int = 1
     """``--vla-lockstep``: episodes of a task run together, one batched policy call per step."""
+    reference_order: bool = False
+    """``--vla-reference-order``: each task's seeds in order in one env, reset as the reference runner does."""
     episodes: frozenset[tuple[str, int]] = frozenset()
     """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
     subset_note: str | None = None

@@ -90,6 +90,9 @@ class EnvSettings:
     """Distributions whose versions are part of a run's fingerprint (the simulator stack)."""
     reset_options: dict[str, Any] = field(default_factory=dict)
     """Passed to every ``env.reset`` (MIKASA: rebuild the scene, so no episode depends on the last)."""
+    reference_reset_options: dict[str, Any] = field(default_factory=dict)
+    """What the benchmark's reference runner passes to its resets (MIKASA: none, a plain reset), for
+    ``--vla-reference-order``; the file's ``reset_options`` when it does not say."""
     vector_backends: tuple[str, ...] = ()
     """Render backends on which the factory, given ``num_envs=K``, returns one simulator stepping K
     episodes at once (``episodes.block.RowEnvs``; MIKASA: ``gpu``). Elsewhere a lockstep block is K
@@ -214,6 +217,9 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
             preflight=env.preflight,
             packages=tuple(env.packages),
             reset_options=dict(env.reset_options),
+            reference_reset_options=dict(
+                env.reset_options if env.reference_reset_options is None else env.reference_reset_options
+            ),
             vector_backends=tuple(env.vector_backends),
             options=options,
         ),

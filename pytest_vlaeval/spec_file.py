@@ -60,6 +60,7 @@ class EnvFile(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
     preflight: Module | None = None
     packages: list[Annotated[str, msgspec.Meta(pattern=NAME)]] = []
     reset_options: dict[str, Any] = {}
+    reference_reset_options: dict[str, Any] | None = None
     vector_backends: list[str] = []
 
 

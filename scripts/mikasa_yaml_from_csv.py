@@ -50,7 +50,8 @@ BENCHMARK = {
         "action_dim": 7,
         "policy_obs_keys": ["rgb", "proprio"],
         "packages": ["mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium"],
-        "reset_options": {"reconfigure": True},  # a fresh scene per episode, as the reference runner resets
+        "reset_options": {"reconfigure": True},  # a fresh scene per episode, whatever ran before it
+        "reference_reset_options": {},  # evaluate_task's plain resets, for --vla-reference-order
         "vector_backends": ["gpu"],  # ManiSkill's GPU simulation steps num_envs scenes at once
     },
     "protocol": {"start_seed": 4242424242, "episodes": 50},

@@ -105,6 +105,7 @@ class AffinityScheduling:
         log: Producer | None = None,
         steps: Mapping[str, float] | None = None,
         lockstep: int = 1,
+        whole_tasks: bool = False,
     ) -> None:
         self.numnodes = len(parse_tx_spec_config(config))
         self.steps = steps or {}
@@ -125,6 +126,8 @@ class AffinityScheduling:
         """Workers that have finished an episode."""
         self.cost = BuildCost()
         self.lockstep = lockstep
+        self.whole_tasks = whole_tasks
+        """A task's episodes stay on the worker that started them (``--vla-reference-order``): no tails taken."""
         self.block_of: dict[int, int] = {}
         """Episode index -> the first index of its lockstep block (each episode its own without lockstep)."""
 
@@ -286,6 +289,8 @@ class AffinityScheduling:
 
     def _take_tail(self, thief: WorkerController) -> TaskQueue | None:
         """Split off the tail of the queue that, taken over by ``thief``, saves the most time."""
+        if self.whole_tasks:
+            return None
         best: tuple[int, WorkerController, TaskQueue] | None = None
         for victim, queue in self.node2queue.items():
             if victim is thief or not queue.indices:
@@ -350,16 +355,23 @@ class AffinityScheduling:
 class AffinityPlugin:
     """Controller plugin handing xdist the affinity scheduler."""
 
-    def __init__(self, steps: Mapping[str, float], blocks: SchedulingVariant | None = None, lockstep: int = 1) -> None:
+    def __init__(
+        self,
+        steps: Mapping[str, float],
+        blocks: SchedulingVariant | None = None,
+        lockstep: int = 1,
+        whole_tasks: bool = False,
+    ) -> None:
         self.steps = steps
         self.blocks = blocks
         self.lockstep = lockstep
+        self.whole_tasks = whole_tasks
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Producer) -> AffinityScheduling:
         if self.blocks:
             return self.blocks.scheduling(config, log, self.steps, self.lockstep)
-        return AffinityScheduling(config, log, self.steps, self.lockstep)
+        return AffinityScheduling(config, log, self.steps, self.lockstep, self.whole_tasks)
 
 
 def explicit_dist(config: pytest.Config) -> str | None:
@@ -385,7 +397,12 @@ def uses_affinity(config: pytest.Config) -> bool:
 
 
 def install(
-    config: pytest.Config, selection: Selection, blocks: SchedulingVariant | None = None, lockstep: int = 1
+    config: pytest.Config,
+    selection: Selection,
+    blocks: SchedulingVariant | None = None,
+    lockstep: int = 1,
+    *,
+    whole_tasks: bool = False,
 ) -> None:
     """Register the affinity scheduler on the controller when this session uses it."""
     distributed = config.pluginmanager.has_plugin("xdist") and (
@@ -393,6 +410,10 @@ def install(
     )
     if blocks and distributed and not uses_affinity(config):
         raise SpecError("--vla-sequential orders seeds in blocks with the affinity scheduler: drop --dist/--vla-dist")
+    if whole_tasks and distributed and not uses_affinity(config):
+        raise SpecError(
+            "--vla-reference-order keeps each task on one worker with the affinity scheduler: drop --dist/--vla-dist"
+        )
     if lockstep > 1 and distributed and not uses_affinity(config):
         raise SpecError(
             f"--vla-lockstep={lockstep} sends each block of episodes to one worker with the affinity scheduler: "
@@ -406,4 +427,4 @@ def install(
         steps = {
             task_nodeid(selection.benchmark.name, task.split, task.env_id): task.max_steps for task in selection.tasks
         }
-        config.pluginmanager.register(AffinityPlugin(steps, blocks, lockstep), "vlaeval-scheduler")
+        config.pluginmanager.register(AffinityPlugin(steps, blocks, lockstep, whole_tasks), "vlaeval-scheduler")

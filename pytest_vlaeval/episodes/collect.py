@@ -184,11 +184,14 @@ class BenchmarkCollection:
         )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Tell each episode its lockstep block (``--vla-lockstep``), as the scheduler groups them."""
+        """Tell each episode its lockstep block (``--vla-lockstep``), as the scheduler groups them;
+        under ``--vla-reference-order``, check that every task runs a sequence from its first seed."""
+        items = [item for item in session.items if isinstance(item, EpisodeItem)]
+        if self.plan.runner.reference_order:
+            _check_sequences(items)
         size = self.plan.runner.lockstep
         if size == 1:
             return
-        items = [item for item in session.items if isinstance(item, EpisodeItem)]
         sequential = self.plan.sequential
         keys = [(item.task.env_id, sequential.block_of(item.index) if sequential else 0) for item in items]
         for positions in lockstep_blocks(keys, size):
@@ -209,6 +212,20 @@ def bounded(text: str) -> str:
     if len(text) <= SECTION_LIMIT:
         return text
     return f"... ({len(text) - SECTION_LIMIT:,} characters before, in the episode's record)\n{text[-SECTION_LIMIT:]}"
+
+
+def _check_sequences(items: list[EpisodeItem]) -> None:
+    """Each task's selected episodes are its first ones, all of them (``-k`` may have taken some)."""
+    by_task: dict[str, list[int]] = {}
+    for item in items:
+        by_task.setdefault(item.task.env_id, []).append(item.index)
+    for env_id, indices in by_task.items():
+        if sorted(indices) != list(range(len(indices))):
+            first_gap = next(i for i in range(len(indices) + 1) if i not in indices)
+            raise pytest.UsageError(
+                f"--vla-reference-order runs each task's seeds in one sequence from its first; {env_id} would "
+                f"start past episode {first_gap} (a -k or -m selection?): select whole tasks"
+            )
 
 
 class EpisodeReports:

@@ -45,6 +45,7 @@ class EpisodeRunner:
         timeout: float | None = None,
         video: tuple[str, Path] = ("none", Path("videos")),
         lockstep: int = 1,
+        reference_order: bool = False,
     ) -> None:
         self.selection = selection
         self.policy_spec = policy
@@ -54,6 +55,11 @@ class EpisodeRunner:
         self.video_mode, self.video_dir = video
         self.lockstep = lockstep
         """Episodes run together in one block (1: each alone, ``run_episode``)."""
+        self.reference_order = reference_order
+        """``--vla-reference-order``: a task's episodes run in order in one env built for them, reset
+        with the benchmark's ``reference_reset_options``; an episode out of that order is an error."""
+        self._next_index: int | None = None
+        """Under the reference order: the episode index the kept env runs next."""
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.env_builds = 0
         self._policy: Policy | None = None
@@ -93,7 +99,7 @@ class EpisodeRunner:
                 policy = self.policy()  # built under the limit too: a factory may hang
                 fields.update(chunk_size=policy.chunk_size, model=describe_policy(policy, self.policy_spec.text))
                 builds = self.env_builds
-                env = self.env_for(task)
+                env = self.env_for(task, episode_index)
                 fields["env_built"] = self.env_builds > builds
                 video = EpisodeVideo(env) if self.video_mode != "none" else None
                 try:
@@ -105,7 +111,7 @@ class EpisodeRunner:
                         episode_index=episode_index,
                         action_dim=self.selection.benchmark.env.action_dim,
                         policy_obs_keys=self.selection.benchmark.env.policy_obs_keys,
-                        reset_options=self.selection.benchmark.env.reset_options,
+                        reset_options=self._reset_options(),
                         on_frame=video.capture if video else None,
                     )
                 except EpisodeError as exc:
@@ -202,7 +208,24 @@ class EpisodeRunner:
                 raise
         return self._policy
 
-    def env_for(self, task: Task) -> Any:
+    def _reset_options(self) -> dict[str, Any]:
+        env = self.selection.benchmark.env
+        return env.reference_reset_options if self.reference_order else env.reset_options
+
+    def env_for(self, task: Task, episode_index: int | None = None) -> Any:
+        """The task's env: kept from the worker's last episode when it is the same task, else built.
+        Under the reference order, a task's first episode gets a new env, and each later one the env
+        that just ran the one before it (``EnvError`` otherwise: a crashed worker broke the sequence)."""
+        if self.reference_order and episode_index is not None:
+            if episode_index == 0:
+                self.close_env()
+            elif self._env_task != task.env_id or self._next_index != episode_index:
+                raise EnvError(
+                    f"--vla-reference-order: episode {episode_index} of {task.env_id} must follow episode "
+                    f"{episode_index - 1} in the same env, which this worker does not hold (a crashed worker?): "
+                    f"run the whole task again"
+                )
+            self._next_index = episode_index + 1
         if self._env_task == task.env_id:
             if self._env_error is not None:
                 raise self._env_error

@@ -146,6 +146,8 @@ def rerun_command(fingerprint: Fingerprint, run_dir: RunDir, *extra: str) -> str
     args += [f"--vla-start-seed={fingerprint['start_seed']}", f"--vla-render={fingerprint['render']}"]
     if fingerprint.get("num_envs", 1) > 1:
         args.append(f"--vla-lockstep={fingerprint['num_envs']}")  # the same simulator batch, or another run
+    if fingerprint.get("order") == "reference":
+        args.append("--vla-reference-order")
     args += extra
     return shlex.join(args)
 

@@ -127,6 +127,8 @@ Canonical = tuple[Summary, list[TaskResult]]
 class _FingerprintBatch(TypedDict, total=False):
     num_envs: int
     """Episodes one simulator stepped together, when more than one (``--vla-lockstep`` on a GPU)."""
+    order: str
+    """``reference`` under ``--vla-reference-order``."""
 
 
 class Fingerprint(_FingerprintBatch):

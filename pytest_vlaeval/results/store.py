@@ -40,23 +40,31 @@ def run_dir_name(selection: Selection, policy_spec: str) -> str:
     return name
 
 
-def fingerprint(selection: Selection, policy_spec: str, render: str, num_envs: int = 1) -> dict[str, Any]:
+def fingerprint(
+    selection: Selection, policy_spec: str, render: str, num_envs: int = 1, reference_order: bool = False
+) -> dict[str, Any]:
     """What must match for two sessions' episodes to belong to one run. ``num_envs``: episodes one
     simulator steps together (MIKASA's GPU simulation under ``--vla-lockstep``), recorded when over
-    1: its physics is not that of a lone env, so runs with another value are another run."""
+    1: its physics is not that of a lone env, so runs with another value are another run.
+    ``reference_order`` (``--vla-reference-order``), recorded when on: its episodes depend on the
+    ones before them, so they are another run than order-independent ones."""
     benchmark = selection.benchmark
-    return {
-        "benchmark": benchmark.name,
-        "benchmark_version": benchmark.version,
-        "benchmark_digest": benchmark.digest,
-        "split": selection.split,
-        "tasks": [t.env_id for t in selection.tasks],
-        "start_seed": selection.start_seed,
-        "episodes": selection.episodes,
-        "policy": policy_spec,
-        "render": render,
-        "packages": {name: _version(name) for name in ("pytest-vlaeval", *benchmark.env.packages)},
-    } | ({"num_envs": num_envs} if num_envs > 1 else {})
+    return (
+        {
+            "benchmark": benchmark.name,
+            "benchmark_version": benchmark.version,
+            "benchmark_digest": benchmark.digest,
+            "split": selection.split,
+            "tasks": [t.env_id for t in selection.tasks],
+            "start_seed": selection.start_seed,
+            "episodes": selection.episodes,
+            "policy": policy_spec,
+            "render": render,
+            "packages": {name: _version(name) for name in ("pytest-vlaeval", *benchmark.env.packages)},
+        }
+        | ({"num_envs": num_envs} if num_envs > 1 else {})
+        | ({"order": "reference"} if reference_order else {})
+    )
 
 
 class RunStore:

@@ -391,3 +391,18 @@ def test_a_crashed_workers_lockstep_blocks_go_back_whole(pytester: pytest.Pytest
     for index in (8, 9, 10):
         sched.mark_test_complete(node2, index, 0.0)
     assert node2.sent[6:] == [1, 2], "then A's returned block, whole (its first episode was the crash)"
+
+
+def test_whole_tasks_are_never_split(pytester: pytest.Pytester) -> None:
+    """Under the reference order an idle worker waits rather than take another worker's tail."""
+    config = pytester.parseconfig("--tx=3*popen")
+    sched = AffinityScheduling(config, whole_tasks=True)
+    nodes = [MockNode(i) for i in range(3)]
+    for node in nodes:
+        sched.add_node(node)
+    for node in nodes:
+        sched.add_node_collection(node, episodes(A=12, B=4))
+    sched.schedule()
+    assert nodes[2].sent == [] and nodes[2].shutting_down, "no tail of A for the third worker"
+    simulate(sched, nodes[:2], build=2.0, episode=1.0)
+    assert sorted(nodes[0].sent) == list(range(12)) and sorted(nodes[1].sent) == list(range(12, 16))

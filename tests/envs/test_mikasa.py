@@ -8,6 +8,8 @@ These tests need the simulator stack from `vlaeval install mikasa`; they fail, n
 from __future__ import annotations
 
 import gc
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -301,3 +303,36 @@ def test_a_missing_asset_pack_never_waits_on_maniskills_download_prompt(monkeypa
     benchmark, _ = resolve_benchmark("mikasa:short")
     with pytest.raises(AssetMissing, match=r"requires asset\(s\) ycb .*download_asset"):
         make_env(benchmark.task(YCB_TASK), benchmark, "auto")
+
+
+def test_the_reference_order_equals_the_shipped_runner_bit_for_bit(tmp_path: Path) -> None:
+    """--vla-reference-order under -n 2 against the benchmark's own evaluate_task (one env per task,
+    seeds in order, plain resets), the same deterministic policy: every episode equal, to the last bit."""
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    tasks = ("RememberColor3-VLA-v0", "FindImposterColor3-VLA-v0")  # 25 steps each
+    shipped_json = tmp_path / "shipped.json"
+    reference = subprocess.run(
+        [sys.executable, str(scripts / "bench_reference_order.py"), f"--tasks={','.join(tasks)}", "--seeds=3",
+         "--policies=observed", "--render=cpu", "--jobs=2", "--shipped-only", f"--json={shipped_json}"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+    shipped = {
+        (result["task"], 4242424242 + i): (success, length, ret)
+        for result in json.loads(shipped_json.read_text())
+        for i, (success, length, ret) in enumerate(result["policies"]["observed"]["shipped"])
+    }
+    session = tmp_path / "session"
+    session.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--benchmark=short", f"--vla-tasks={','.join(tasks)}", "--episodes=3",
+         "--policy=bench_reference_order:Observed", "--vla-reference-order", "-n", "2", "--vla-render=cpu",
+         "-p", "no:cacheprovider", "--rootdir", str(session)],
+        cwd=session, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(scripts), os.environ.get("PYTHONPATH")]))},
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = (session / "results").iterdir()
+    ours = {key: (r["success"], r["length"], r["episode_return"]) for key, r in episode_records(run).items()}
+    assert ours == shipped
+    assert read_json(run / "fingerprint.json")["order"] == "reference"

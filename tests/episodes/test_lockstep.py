@@ -105,3 +105,34 @@ def test_separate_envs_need_no_fingerprint_change(fake: pytest.Pytester) -> None
 def test_bad_lockstep_combinations_are_one_line(fake: pytest.Pytester, args: list[str], expected: str) -> None:
     result = fake.runpytest(*SHORT, *args)
     assert_one_line_usage_error(result, expected)
+
+
+# -- the reference order (--vla-reference-order) ------------------------------------------------
+
+
+def test_the_reference_order_keeps_each_task_on_one_worker_and_says_so(fake: pytest.Pytester) -> None:
+    fake.runpytest_subprocess(*SHORT, "--vla-reference-order", "-n", "2")
+    (directory,) = (fake.path / "results").iterdir()
+    records = episode_records(directory)
+    for task in ("Alpha-v0", "Beta-v0"):
+        assert len({r["worker"] for key, r in records.items() if key[0] == task}) == 1
+    assert read_json(directory / "fingerprint.json")["order"] == "reference"
+    lone = fake.runpytest(*SHORT, f"--vla-results={directory.parent}")
+    assert_one_line_usage_error(lone, "different fingerprint (order: 'reference' -> None)")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--vla-shard=1/2"], "--vla-shard would break that sequence"),
+        (["--vla-retries=1"], "--vla-retries=1 would break that sequence"),
+        (["--vla-lockstep=2"], "--vla-lockstep=2 would break that sequence"),
+        (["--vla-resume"], "--vla-resume would break that sequence"),
+        (["-k", "102 or 103"], "Alpha-v0 would start past episode 0 (a -k or -m selection?): select whole tasks"),
+    ],
+)
+def test_what_would_break_the_reference_order_is_one_line(
+    fake: pytest.Pytester, args: list[str], expected: str
+) -> None:
+    result = fake.runpytest(*SHORT, "--vla-reference-order", *args)
+    assert_one_line_usage_error(result, expected)
