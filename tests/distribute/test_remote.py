@@ -103,9 +103,10 @@ def test_a_frozen_remote_worker_is_cut_off_and_no_local_process_is_signalled(
     (home / "fake_env.py").write_text(FREEZES)
     decoy = subprocess.Popen(["sleep", "600"])
     port = free_port()
+    # --kill-child: killing unshare ends the namespace, the frozen server in it included.
     namespace = subprocess.Popen(
         [
-            "unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+            "unshare", "--pid", "--kill-child", "--mount-proc", "sh", "-c",
             f"echo {decoy.pid - 1} > /proc/sys/kernel/ns_last_pid; {sys.executable} "
             f"{execnet_socketserver.__file__} 127.0.0.1:{port} & wait",
         ],

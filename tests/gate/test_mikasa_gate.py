@@ -15,7 +15,7 @@ from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
 
 pytestmark = pytest.mark.mikasa
 
-TASKS = ("RememberColor3-VLA-v0", "InterceptSlow-VLA-v0")
+TASKS = ("RememberColor3-VLA-v0", "FindImposterColor3-VLA-v0")  # 25 steps each
 START_SEED = 4242424242
 EPISODES = 16
 BLOCK = 4
