@@ -9,7 +9,6 @@ writers never interleave and a crash loses no finished episode.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -217,21 +216,11 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
 def _create_exclusively(path: Path, text: str) -> bool:
     """Write ``path`` only if nothing is there: True when this call created it (whole), False when
     another did first. A hard link from a finished temporary file makes it appear complete."""
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with writing(path), _finished_temporary(path, text) as tmp:
         try:
-            os.fchmod(fd, 0o666 & ~_umask())
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
             os.link(tmp, path)
         except FileExistsError:
             return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
     return True
 
 
@@ -247,6 +236,13 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
+    with _finished_temporary(path, text) as tmp:
+        os.replace(tmp, path)
+
+
+@contextmanager
+def _finished_temporary(path: Path, text: str) -> Iterator[str]:
+    """``text`` in a synced temporary file beside ``path``, removed on the way out unless moved."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -255,7 +251,7 @@ def _write_text_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        yield tmp
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
