@@ -6,7 +6,7 @@ Per task, the benchmark's own runner code, twice, with the same policy and seeds
 for each episode (``make_benchmark_env`` and ``run_episode`` per seed, which is what every seed
 gets under the plugin's reconfiguring resets). Prints, per task and policy, the seeds whose
 success flips, whose length changes, and whose return moves (more than 1e-6), with the largest
-move. Tasks run in parallel processes (``--jobs``).
+move. Tasks run in parallel processes (``--jobs``); each task's rows print as it finishes.
 
 Policies: ``observed``, a fixed random linear map of the two cameras' mean colours and the
 proprioception (deterministic, a function of the observation alone), and ``random``, the plugin's
@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 SAMPLE = (
@@ -100,7 +101,7 @@ class RandomReference:
 POLICIES = {"observed": ObservedPolicy, "random": RandomReference}
 
 
-def measure(job: tuple[str, int, list[str], str]) -> dict[str, Any]:
+def measure(job: tuple[str, int, list[str], str, bool]) -> dict[str, Any]:
     """One task, in its own process: both orders for each policy."""
     env_id, seeds, policies, render_request, with_fresh = job
     from pytest_vlaeval.envs import render
@@ -186,31 +187,38 @@ def main() -> int:
         parser.error(f"--policies: unknown {', '.join(unknown)}; valid: {', '.join(POLICIES)}")
     jobs = [(task, seeds, policies, args.render, not args.shipped_only) for task in tasks]
     started = time.perf_counter()
+    if not args.shipped_only:
+        print(
+            f"{len(tasks)} tasks x {seeds} seeds; shipped = evaluate_task (one env, seeds in order, plain resets), "
+            "fresh = a new env per episode",
+            flush=True,
+        )
+        print(
+            "| task | memory type | policy | successes shipped vs fresh | success flips | length changes "
+            "| returns moved | largest move |\n|---|---|---|---|---:|---:|---:|---:|",
+            flush=True,
+        )
+    results = []
     with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs))) as pool:
-        results = pool.map(measure, jobs, chunksize=1)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f)
+        # Each task's rows as it finishes, and the file rewritten: a long run stopped early keeps them.
+        for result in pool.imap_unordered(measure, jobs):
+            results.append(result)
+            if args.json:
+                Path(args.json).write_text(json.dumps(results))
+            if not args.shipped_only:
+                print(*(row(result, policy) for policy in policies), sep="\n", flush=True)
     if args.shipped_only:
         return 0
-    print(
-        f"{len(tasks)} tasks x {seeds} seeds, render {results[0]['backend']}, {time.perf_counter() - started:.0f} s; "
-        "shipped = evaluate_task (one env, seeds in order, plain resets), fresh = a new env per episode"
-    )
-    print(
-        "| task | memory type | policy | successes shipped vs fresh | success flips | length changes | returns moved | largest move |"
-    )
-    print("|---|---|---|---|---:|---:|---:|---:|")
-    for result in results:
-        for policy in policies:
-            print(row(result, policy))
     total = sum(
         a[0] != b[0]
         for r in results
         for p in policies
         for a, b in zip(r["policies"][p]["shipped"], r["policies"][p]["fresh"], strict=True)
     )
-    print(f"success flips in all: {total} of {len(tasks) * seeds * len(policies)} episodes")
+    print(
+        f"success flips in all: {total} of {len(tasks) * seeds * len(policies)} episodes; "
+        f"render {results[0]['backend']}, {time.perf_counter() - started:.0f} s"
+    )
     return 0
 
 

@@ -4,6 +4,7 @@ package cannot break one silently."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,6 +169,19 @@ def test_gpu_check_without_a_gpu_runs_every_cpu_row(tmp_path: Path) -> None:
     blocks = [row[3] for row in rows if row[0].strip() == "3 blocks"]
     assert len(blocks) == 2 and all("2/2 records as K=1" in cell for cell in blocks), blocks
     assert all(row[2].strip() != "skipped" for row in rows if row[0].strip() == "6 libero"), "LIBERO is installed here"
+
+
+@pytest.mark.mikasa
+def test_bench_reference_order_smoke_prints_a_row_per_task_and_the_flip_count() -> None:
+    """One task, 2 seeds, the observed policy, the shipped order against fresh envs: the task's row
+    and the total print, every count within the episodes run."""
+    proc = run_script("bench_reference_order.py", "--smoke", "--render=cpu", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| RememberColor3-VLA-v0 |")]
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[1:3] == ["Object", "observed"] and re.fullmatch(r"[0-2]/2 vs [0-2]/2", cells[3]), cells
+    assert all(cell.isdigit() and int(cell) <= 2 for cell in cells[4:7]), cells
+    assert re.search(r"^success flips in all: \d of 2 episodes; render cpu", proc.stdout, re.M), proc.stdout
 
 
 @pytest.mark.mikasa
