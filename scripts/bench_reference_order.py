@@ -9,10 +9,12 @@ success flips, whose length changes, and whose return moves (more than 1e-6), wi
 move. Tasks run in parallel processes (``--jobs``); each task's rows print as it finishes.
 
 Policies: ``observed``, a fixed random linear map of the two cameras' mean colours and the
-proprioception (deterministic, a function of the observation alone), and ``random``, the plugin's
-random policy reseeded per episode (it succeeds now and then).
+proprioception (deterministic, a function of the observation alone); ``random``, the plugin's
+random policy reseeded per episode; ``scripted``, which reaches for the goal cube from the
+simulator's state with seeded noise and succeeds sometimes (RememberColor and FindImposterColor
+tasks only), so that success flips can show.
 
-    python scripts/bench_reference_order.py [--tasks A,B] [--seeds 10] [--policies observed,random]
+    python scripts/bench_reference_order.py [--tasks A,B] [--seeds 10] [--policies observed,scripted,random]
         [--render auto|gpu|gpu-render|cpu] [--jobs N] [--smoke]
 """
 
@@ -98,7 +100,37 @@ class RandomReference:
         return torch.as_tensor(self.policy.act(obs))
 
 
-POLICIES = {"observed": ObservedPolicy, "random": RandomReference}
+class ScriptedReference:
+    """Moves the tool centre point to the cube the task asks for, read from the simulator's state
+    (privileged, so for this measurement only: never a policy under evaluation), stops within 4 cm so
+    the arm comes to rest, with noise seeded per episode so that it succeeds only sometimes. For the
+    tasks whose env keeps the gap to the goal cube (``SCRIPTED_TASKS``)."""
+
+    chunk_size = 1
+    NOISE = 0.15
+    env: Any = None
+    """The env the episode runs in (set where the runner builds it)."""
+
+    def start(self, task: str, seed: int) -> None:
+        import numpy as np
+
+        self.rng = np.random.default_rng(seed)
+
+    def forward(self, obs: dict[str, Any]) -> Any:
+        import numpy as np
+        import torch
+
+        gap = self.env.unwrapped.obj_to_goal_pos[0].cpu().numpy()
+        action = np.zeros(7)
+        if 0.04 < np.linalg.norm(gap) < 1.0:  # 1 m or more: the cubes are hidden (moved away) in the cue
+            action[:3] = np.clip(0.5 * gap / 0.1, -1, 1)  # pd_ee_delta_pose: 1 = 10 cm a step
+        action[:6] += self.rng.normal(0, self.NOISE, 6)
+        return torch.as_tensor(np.clip(action, -1, 1), dtype=torch.float32)
+
+
+POLICIES = {"observed": ObservedPolicy, "random": RandomReference, "scripted": ScriptedReference}
+SCRIPTED_TASKS = ("RememberColor", "FindImposterColor")
+"""Env id prefixes whose envs the scripted policy can read; it is skipped on other tasks."""
 
 
 def measure(job: tuple[str, int, list[str], str, bool]) -> dict[str, Any]:
@@ -127,7 +159,17 @@ def measure(job: tuple[str, int, list[str], str, bool]) -> dict[str, Any]:
     config = benchmarking.BenchmarkConfig(n_episodes=seeds, sim_backend=render.make_kwargs(backend)["sim_backend"])
     started = time.perf_counter()
     out: dict[str, Any] = {"task": env_id, "memory_type": task.group(memory), "backend": backend, "policies": {}}
+    policy: Any = None
+    make_env = benchmarking.make_benchmark_env
+
+    def make_and_show(*args: Any, **kwargs: Any) -> Any:
+        policy.env = make_env(*args, **kwargs)  # evaluate_task builds its env through this name
+        return policy.env
+
+    benchmarking.make_benchmark_env = make_and_show
     for name in policies:
+        if name == "scripted" and not env_id.startswith(SCRIPTED_TASKS):
+            continue
         policy = POLICIES[name]()
         policy.start(env_id, config.start_seed)
         shipped = benchmarking.evaluate_task(
@@ -172,7 +214,7 @@ def main() -> int:
         "--tasks", default=",".join(SAMPLE), help="comma-separated env ids [a sample of every memory type]"
     )
     parser.add_argument("--seeds", type=int, default=10, help="seeds per task, from the protocol's start [10]")
-    parser.add_argument("--policies", default="observed,random", help=f"of {', '.join(POLICIES)} [observed,random]")
+    parser.add_argument("--policies", default="observed,scripted", help=f"of {', '.join(POLICIES)} [observed,scripted]")
     parser.add_argument("--render", default="auto", help="the render backend, as --vla-render [auto]")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="tasks at once")
     parser.add_argument("--json", help="also write the per-episode results to this file")
@@ -206,17 +248,14 @@ def main() -> int:
             if args.json:
                 Path(args.json).write_text(json.dumps(results))
             if not args.shipped_only:
-                print(*(row(result, policy) for policy in policies), sep="\n", flush=True)
+                print(*(row(result, policy) for policy in result["policies"]), sep="\n", flush=True)
     if args.shipped_only:
         return 0
-    total = sum(
-        a[0] != b[0]
-        for r in results
-        for p in policies
-        for a, b in zip(r["policies"][p]["shipped"], r["policies"][p]["fresh"], strict=True)
-    )
+    pairs = [
+        pair for r in results for p in r["policies"].values() for pair in zip(p["shipped"], p["fresh"], strict=True)
+    ]
     print(
-        f"success flips in all: {total} of {len(tasks) * seeds * len(policies)} episodes; "
+        f"success flips in all: {sum(a[0] != b[0] for a, b in pairs)} of {len(pairs)} episodes; "
         f"render {results[0]['backend']}, {time.perf_counter() - started:.0f} s"
     )
     return 0
