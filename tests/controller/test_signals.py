@@ -60,18 +60,14 @@ def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> 
         time.sleep(0.05)
 
 
-def session(fake: pytest.Pytester, *args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-    """A session of the fake benchmark with the slow policies, in ``cwd`` (a copy of the pytester's
-    directory) or the pytester's directory."""
+def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
     fake.makepyfile(slow=SLOW)
-    if cwd is not None:
-        (cwd / "slow.py").write_text(SLOW)
     command = [sys.executable, "-m", "pytest", *SHORT, "--episodes=5", *args]
     # A fresh session even when this suite runs under xdist; lines as wide as written, on the panel too.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
     env["COLUMNS"] = "250"
     return subprocess.Popen(
-        command, cwd=cwd or fake.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command, cwd=fake.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
 
 
@@ -194,50 +190,37 @@ def test_a_frozen_worker_is_ended_by_the_controller_and_the_run_completes(fake: 
     assert not psutil.wait_procs([frozen], timeout=HANG_GUARD_S)[1]
 
 
-def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_episode(fake: pytest.Pytester) -> None:
-    """With the live panel off and on, in two sessions at once (each waits out the 30 s floor)."""
-    procs, readers = {}, {}
-    for live in ("off", "on"):
-        home = fake.path / f"live-{live}"
-        home.mkdir()
-        for file in fake.path.glob("*.*"):
-            (home / file.name).write_bytes(file.read_bytes())
-        procs[live] = session(fake, "--policy=slow:Slow", "-n", "2", f"--vla-live={live}", cwd=home)
-    frozen = []
+@pytest.mark.parametrize("live", ["off", "on"])
+def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_episode(
+    fake: pytest.Pytester, live: str
+) -> None:
+    proc = session(fake, "--policy=slow:Slow", "-n", "2", f"--vla-live={live}")
+    wait_for_records(fake.path / "results", 2, proc)
+    frozen = psutil.Process(proc.pid).children()[0]
+    frozen.send_signal(signal.SIGSTOP)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + HANG_GUARD_S
     try:
-        for live, proc in procs.items():
-            wait_for_records(fake.path / f"live-{live}" / "results", 2, proc)
-            frozen.append(psutil.Process(proc.pid).children()[0])
-            frozen[-1].send_signal(signal.SIGSTOP)
-            readers[live] = queue.Queue()
-            threading.Thread(
-                target=lambda p=proc, q=readers[live]: [q.put(line) for line in p.stdout], daemon=True
-            ).start()
-        deadline = time.monotonic() + HANG_GUARD_S
-        notices = {}
-        for live, lines in readers.items():
-            while "far past the typical episode" not in (notice := lines.get(timeout=HANG_GUARD_S)):
-                assert time.monotonic() < deadline, "no word of the frozen worker"
-            notices[live] = notice
+        while "far past the typical episode" not in (notice := lines.get(timeout=HANG_GUARD_S)):
+            assert time.monotonic() < deadline, "no word of the frozen worker"
         time.sleep(2)  # a panel refresh or two, while it is still frozen
     finally:
-        for process in frozen:
-            process.send_signal(signal.SIGCONT)
-    for live, proc in procs.items():
-        proc.wait(timeout=HANG_GUARD_S)
-        named = re.search(r"worker (gw\d+) has been on (\S+) seed (\d+) for (\d+)s", notices[live])
-        assert named, notices[live]
-        worker, task, seed, seconds = named.groups()
-        (run,) = (fake.path / f"live-{live}" / "results").iterdir()
-        record = episode_records(run)[(task, int(seed))]
-        assert record["worker"] == worker and record["outcome"] != "error", "the episode it named, on that worker"
-        assert int(seconds) >= 30, "far past the typical episode of about 1.5 s: the floor"
-        summary = read_json(run / "summary.json")
-        assert (summary["n_completed"], summary["n_errors"]) == (10, 0)
-        if live == "on":  # the panel shows it too, with the time growing
-            shown = "".join(readers[live].queue)
-            rows = set(re.findall(rf"worker {worker} has been on {task} seed {seed} for (\d+)s", shown))
-            assert len(rows) > 1, shown
+        frozen.send_signal(signal.SIGCONT)
+    proc.wait(timeout=HANG_GUARD_S)
+    named = re.search(r"worker (gw\d+) has been on (\S+) seed (\d+) for (\d+)s", notice)
+    assert named, notice
+    worker, task, seed, seconds = named.groups()
+    (run,) = (fake.path / "results").iterdir()
+    record = episode_records(run)[(task, int(seed))]
+    assert record["worker"] == worker and record["outcome"] != "error", "the episode it named, on that worker"
+    assert int(seconds) >= 30, "far past the typical episode of about 1.5 s: the floor"
+    summary = read_json(run / "summary.json")
+    assert (summary["n_completed"], summary["n_errors"]) == (10, 0)
+    if live == "on":  # the panel shows it too, with the time growing
+        shown = "".join(lines.queue)
+        rows = set(re.findall(rf"worker {worker} has been on {task} seed {seed} for (\d+)s", shown))
+        assert len(rows) > 1, shown
 
 
 SLOW_FINAL_WRITE = """
