@@ -60,6 +60,14 @@ def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> 
         time.sleep(0.05)
 
 
+def as_from_a_terminal() -> None:
+    """In the child: SIGHUP and SIGINT at their defaults, as a session started from a terminal has
+    them, whatever this suite inherited (``nohup`` ignores SIGHUP, a background job SIGINT, and a
+    session keeps an ignored signal ignored)."""
+    for signum in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
     fake.makepyfile(slow=SLOW)
     command = [sys.executable, "-m", "pytest", *SHORT, "--episodes=5", *args]
@@ -67,7 +75,13 @@ def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
     env["COLUMNS"] = "250"
     return subprocess.Popen(
-        command, cwd=fake.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        cwd=fake.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=as_from_a_terminal,
     )
 
 
@@ -154,6 +168,7 @@ def test_ctrl_c_during_evaluate_lets_the_session_store_its_partial_run(fake: pyt
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     wait_for_records(fake.path / "results", 2, proc)
     stored = stored_lines(fake.path / "results")
