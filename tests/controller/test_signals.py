@@ -24,6 +24,7 @@ HANG_GUARD_S = 300
 a loaded machine starts a replacement xdist worker slowly)."""
 
 SLOW = """
+import os
 import time
 from pathlib import Path
 
@@ -34,6 +35,7 @@ class Slow:
     def reset(self, episode):
         pass
     def act(self, obs):
+        Path(f"acting-{os.getpid()}").touch()
         time.sleep(0.2)
         return np.zeros(7)
 
@@ -205,6 +207,17 @@ def test_a_frozen_worker_is_ended_by_the_controller_and_the_run_completes(fake: 
     assert not psutil.wait_procs([frozen], timeout=HANG_GUARD_S)[1]
 
 
+def mid_episode(worker: psutil.Process, folder: Path) -> None:
+    """Stop ``worker`` inside a policy step (``Slow`` marks each step with a file named by its pid):
+    stopped between episodes, on a loaded machine, it would be on no episode to name."""
+    mark = folder / f"acting-{worker.pid}"
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (mark.exists() and time.time() - mark.stat().st_mtime < 0.1):
+        assert time.monotonic() < deadline, "the worker never stepped"
+        time.sleep(0.01)
+    worker.send_signal(signal.SIGSTOP)
+
+
 @pytest.mark.parametrize("live", ["off", "on"])
 def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_episode(
     fake: pytest.Pytester, live: str
@@ -212,7 +225,7 @@ def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_epi
     proc = session(fake, "--policy=slow:Slow", "-n", "2", f"--vla-live={live}")
     wait_for_records(fake.path / "results", 2, proc)
     frozen = psutil.Process(proc.pid).children()[0]
-    frozen.send_signal(signal.SIGSTOP)
+    mid_episode(frozen, fake.path)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     deadline = time.monotonic() + HANG_GUARD_S
