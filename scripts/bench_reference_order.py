@@ -6,7 +6,8 @@ Per task, the benchmark's own runner code, twice, with the same policy and seeds
 for each episode (``make_benchmark_env`` and ``run_episode`` per seed, which is what every seed
 gets under the plugin's reconfiguring resets). Prints, per task and policy, the seeds whose
 success flips, whose length changes, and whose return moves (more than 1e-6), with the largest
-move. Tasks run in parallel processes (``--jobs``); each task's rows print as it finishes.
+move. ``--jobs`` processes share the work: a task's shipped order is one job (one env, never
+split), each fresh episode its own; a task's row prints as it completes.
 
 Policies: ``observed``, a fixed random linear map of the two cameras' mean colours and the
 proprioception (deterministic, a function of the observation alone); ``random``, the plugin's
@@ -21,6 +22,8 @@ tasks only), so that success flips can show.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -133,66 +136,134 @@ SCRIPTED_TASKS = ("RememberColor", "FindImposterColor")
 """Env id prefixes whose envs the scripted policy can read; it is skipped on other tasks."""
 
 
-def measure(job: tuple[str, int, list[str], str, bool]) -> dict[str, Any]:
-    """One task, in its own process: both orders for each policy."""
-    env_id, seeds, policies, render_request, with_fresh = job
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """A worker's share: one task and policy, either the shipped order over all seeds (one env, so
+    never split) or one seed on a fresh env (independent, so these spread over the workers)."""
+
+    task: str
+    policy: str
+    order: str  # "shipped" or "fresh"
+    seeds: int  # the shipped unit's number of seeds
+    index: int = 0  # the fresh unit's seed, counted from the protocol's first
+
+
+_backend: str | None = None
+_current: dict[str, Any] = {}
+"""The policy of the unit in progress, for the env factory to hand its env to."""
+
+
+def prepare(render_request: str) -> None:
+    """Each worker process, at its first unit (not as the pool's initializer, whose failure the pool
+    would answer by starting another worker, forever): the render backend and the benchmark's env factory made to build
+    with it, and to hand the env it builds to the policy (the scripted policy reads its state)."""
+    global _backend
     from pytest_vlaeval.envs import render
     from pytest_vlaeval.envs.mikasa import _never_prompt_for_downloads
 
-    backend = render.resolve_backend(render_request)
-    render.set_backend_env(backend)
-    if backend == "cpu":
+    _backend = render.resolve_backend(render_request)
+    render.set_backend_env(_backend)
+    if _backend == "cpu":
         render.apply_cpu_patches()
     import gymnasium as gym
 
     _never_prompt_for_downloads()
     from mikasa_robo_suite.vla import benchmarking
 
-    from pytest_vlaeval.spec import resolve_benchmark
-
     make = gym.make
-    gym.make = lambda name, **kwargs: make(name, **{**kwargs, **render.make_kwargs(backend)})
-    spec, _ = resolve_benchmark("mikasa")
-    task = spec.task(env_id)
-    memory = next(axis for axis in spec.axes if axis.field == "memory_type")
-    reference_task = benchmarking.BenchmarkTask(env_id, task.split, task.group(memory), task.max_steps, "", "")
-    config = benchmarking.BenchmarkConfig(n_episodes=seeds, sim_backend=render.make_kwargs(backend)["sim_backend"])
-    started = time.perf_counter()
-    out: dict[str, Any] = {"task": env_id, "memory_type": task.group(memory), "backend": backend, "policies": {}}
-    policy: Any = None
+    gym.make = lambda name, **kwargs: make(name, **{**kwargs, **render.make_kwargs(_backend)})
     make_env = benchmarking.make_benchmark_env
 
     def make_and_show(*args: Any, **kwargs: Any) -> Any:
-        policy.env = make_env(*args, **kwargs)  # evaluate_task builds its env through this name
-        return policy.env
+        _current["policy"].env = make_env(*args, **kwargs)  # evaluate_task builds its env through this name
+        return _current["policy"].env
 
     benchmarking.make_benchmark_env = make_and_show
-    for name in policies:
-        if name == "scripted" and not env_id.startswith(SCRIPTED_TASKS):
-            continue
-        policy = POLICIES[name]()
-        policy.start(env_id, config.start_seed)
+
+
+def measure(unit: Unit, render_request: str) -> dict[str, Any]:
+    """One unit: per episode, (success, length, return)."""
+    if _backend is None:
+        prepare(render_request)
+    from mikasa_robo_suite.vla import benchmarking
+
+    from pytest_vlaeval.envs import render
+    from pytest_vlaeval.spec import resolve_benchmark
+
+    spec, _ = resolve_benchmark("mikasa")
+    task = spec.task(unit.task)
+    memory = task.group(next(axis for axis in spec.axes if axis.field == "memory_type"))
+    config = benchmarking.BenchmarkConfig(
+        n_episodes=unit.seeds, sim_backend=render.make_kwargs(_backend)["sim_backend"]
+    )
+    policy = _current["policy"] = POLICIES[unit.policy]()
+    started = time.perf_counter()
+    if unit.order == "shipped":
+        policy.start(unit.task, config.start_seed)
         shipped = benchmarking.evaluate_task(
-            reference_task,
+            benchmarking.BenchmarkTask(unit.task, task.split, memory, task.max_steps, "", ""),
             policy,
             config,
-            episode_callback=lambda i, _, p=policy: p.start(env_id, config.start_seed + i + 1),
+            episode_callback=lambda i, _: policy.start(unit.task, config.start_seed + i + 1),
         )
-        fresh = []
-        for i in range(seeds if with_fresh else 0):
-            env = benchmarking.make_benchmark_env(env_id, config)
-            try:
-                policy.start(env_id, config.start_seed + i)
-                result, _ = benchmarking.run_episode(env, policy, config.start_seed + i)
-            finally:
-                env.close()
-            fresh.append((result.success_once, result.n_steps, result.episode_return))
-        out["policies"][name] = {
-            "shipped": list(zip(shipped["successes"], shipped["episode_lengths"], shipped["returns"], strict=True)),
-            "fresh": fresh,
-        }
-    out["seconds"] = round(time.perf_counter() - started, 1)
-    return out
+        episodes = list(zip(shipped["successes"], shipped["episode_lengths"], shipped["returns"], strict=True))
+    else:
+        seed = config.start_seed + unit.index
+        env = benchmarking.make_benchmark_env(unit.task, config)
+        try:
+            policy.start(unit.task, seed)
+            result, _ = benchmarking.run_episode(env, policy, seed)
+        finally:
+            env.close()
+        episodes = [(result.success_once, result.n_steps, result.episode_return)]
+    return {
+        "unit": unit,
+        "memory_type": memory,
+        "backend": _backend,
+        "episodes": episodes,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def units(tasks: list[str], seeds: int, policies: list[str], with_fresh: bool) -> list[Unit]:
+    """Every task's units, the long shipped ones first so that the fresh ones fill in beside them."""
+    pairs = [(t, p) for t in tasks for p in policies if p != "scripted" or t.startswith(SCRIPTED_TASKS)]
+    shipped = [Unit(t, p, "shipped", seeds) for t, p in pairs]
+    fresh = [Unit(t, p, "fresh", seeds, i) for t, p in pairs for i in range(seeds)] if with_fresh else []
+    return shipped + fresh
+
+
+class Collected:
+    """Units' results gathered back into per-task results, the JSON file's shape: ``[{"task",
+    "memory_type", "backend", "seconds", "policies": {name: {"shipped": [...], "fresh": [...]}}}]``
+    with each list in seed order."""
+
+    def __init__(self, with_fresh: bool) -> None:
+        self.with_fresh = with_fresh
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.fresh: dict[tuple[str, str], dict[int, Any]] = {}
+
+    def add(self, result: dict[str, Any]) -> str | None:
+        """Take one unit's result; the policy's name once its task has both orders complete."""
+        unit: Unit = result["unit"]
+        task = self.tasks.setdefault(
+            unit.task,
+            {"task": unit.task, "memory_type": result["memory_type"], "backend": result["backend"], "seconds": 0.0,
+             "policies": {}},
+        )  # fmt: skip
+        task["seconds"] = round(task["seconds"] + result["seconds"], 1)
+        orders = task["policies"].setdefault(unit.policy, {"shipped": None, "fresh": []})
+        if unit.order == "shipped":
+            orders["shipped"] = result["episodes"]
+        else:
+            fresh = self.fresh.setdefault((unit.task, unit.policy), {})
+            fresh[unit.index] = result["episodes"][0]
+            orders["fresh"] = [fresh[i] for i in sorted(fresh)]
+        complete = orders["shipped"] is not None and (not self.with_fresh or len(orders["fresh"]) == unit.seeds)
+        return unit.policy if complete else None
+
+    def results(self) -> list[dict[str, Any]]:
+        return list(self.tasks.values())
 
 
 def row(result: dict[str, Any], policy: str) -> str:
@@ -216,7 +287,9 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=10, help="seeds per task, from the protocol's start [10]")
     parser.add_argument("--policies", default="observed,scripted", help=f"of {', '.join(POLICIES)} [observed,scripted]")
     parser.add_argument("--render", default="auto", help="the render backend, as --vla-render [auto]")
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="tasks at once")
+    parser.add_argument(
+        "--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="worker processes [half the cores]"
+    )
     parser.add_argument("--json", help="also write the per-episode results to this file")
     parser.add_argument("--shipped-only", action="store_true", help="only the shipped order (no table)")
     parser.add_argument("--smoke", action="store_true", help="one task, 2 seeds, the observed policy")
@@ -227,7 +300,7 @@ def main() -> int:
     unknown = sorted(set(policies) - set(POLICIES))
     if unknown:
         parser.error(f"--policies: unknown {', '.join(unknown)}; valid: {', '.join(POLICIES)}")
-    jobs = [(task, seeds, policies, args.render, not args.shipped_only) for task in tasks]
+    work = units(tasks, seeds, policies, not args.shipped_only)
     started = time.perf_counter()
     if not args.shipped_only:
         print(
@@ -240,15 +313,17 @@ def main() -> int:
             "| returns moved | largest move |\n|---|---|---|---|---:|---:|---:|---:|",
             flush=True,
         )
-    results = []
-    with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs))) as pool:
-        # Each task's rows as it finishes, and the file rewritten: a long run stopped early keeps them.
-        for result in pool.imap_unordered(measure, jobs):
-            results.append(result)
+    collected = Collected(with_fresh=not args.shipped_only)
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(min(args.jobs, len(work))) as pool:
+        # Each task's row as it completes, and the file rewritten: a long run stopped early keeps them.
+        for result in pool.imap_unordered(functools.partial(measure, render_request=args.render), work):
+            policy = collected.add(result)
             if args.json:
-                Path(args.json).write_text(json.dumps(results))
-            if not args.shipped_only:
-                print(*(row(result, policy) for policy in result["policies"]), sep="\n", flush=True)
+                Path(args.json).write_text(json.dumps(collected.results()))
+            if policy and not args.shipped_only:
+                print(row(collected.tasks[result["unit"].task], policy), flush=True)
+    results = collected.results()
     if args.shipped_only:
         return 0
     pairs = [
