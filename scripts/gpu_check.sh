@@ -19,6 +19,7 @@ EGL_GLOBS=(/usr/share/glvnd/egl_vendor.d/*nvidia*.json /etc/glvnd/egl_vendor.d/*
 usage() {
     cat <<EOF
 usage: scripts/gpu_check.sh [--smoke] [GPU_BENCH_ARGS...]
+       scripts/gpu_check.sh --script SCRIPT [ARGS...]
        scripts/gpu_check.sh --fetch-wheels [--libero]
 
 Run scripts/gpu_bench.py's table on this machine, setting up what it lacks first:
@@ -35,6 +36,9 @@ Without a CUDA device it prints "no CUDA device: GPU rows skipped" and runs the 
 loaders' .deb files, in parts of at most $PART_MIB MiB under $CACHE/part-NN (bigger files split in
 pieces), so that each part can travel on its own.
 --smoke: gpu_bench.py's few-minute version (one episode per task, LIBERO's render check).
+--script SCRIPT: run another Python script instead of gpu_bench.py, after the same setup (e.g.
+scripts/bench_reference_order.py --render gpu-render).
+With VLAEVAL_ASSET_DIR set, the data files the benchmark's wheels lack are installed from it first.
 Environment: PYTHON, VLAEVAL_GPU_CACHE, VLAEVAL_GPU_PREFIX, VLAEVAL_GPU_PART_MIB.
 EOF
 }
@@ -163,7 +167,9 @@ missing_modules() {
 import importlib
 names = "torch numpy scipy h5py cv2 matplotlib imageio lxml networkx huggingface_hub tensorboard colorama requests"
 names += " tqdm tabulate pytest xdist yaml rich msgpack PIL packaging psutil pynvml"
-names += " gymnasium sapien mani_skill mikasa_robo_suite pytest_vlaeval"
+names += " gymnasium sapien mani_skill mikasa_robo_suite msgspec jinja2 websockets"
+# The package's modules that import its dependencies (its top level imports none of them).
+names += " pytest_vlaeval.spec pytest_vlaeval.envs.mikasa pytest_vlaeval.controller.plugin"
 for name in names.split():
     try:
         importlib.import_module(name)
@@ -175,7 +181,7 @@ EOF
 use_stack() {
     # $PYTHON as it is when it runs the stack, else with the installed stack first on PYTHONPATH
     # (exported here, so not in a subshell).
-    local probe="import pytest_vlaeval, mani_skill, sapien, mikasa_robo_suite, torch, xdist" missing
+    local probe="import pytest_vlaeval.envs.mikasa, mani_skill, sapien, mikasa_robo_suite, torch, xdist" missing
     "$PYTHON" -c "$probe" 2>/dev/null && return 0
     export PYTHONPATH="$PREFIX/site${PYTHONPATH:+:$PYTHONPATH}"
     "$PYTHON" -c "$probe" 2>/dev/null || install_stack
@@ -192,11 +198,21 @@ main() {
     -h | --help) usage; return 0 ;;
     --fetch-wheels) fetch_wheels "${2:-}"; return ;;
     esac
+    local script="$ROOT/scripts/gpu_bench.py"
+    if [ "${1:-}" = --script ]; then
+        script=${2:?--script needs a path}
+        shift 2
+    fi
     setup_loaders
     setup_icds
     use_stack
+    if [ -n "${VLAEVAL_ASSET_DIR:-}" ]; then
+        # A pack another tool downloads (YCB) is only checked, and reported as missing here.
+        # From / so that -m finds the installed package, not this checkout's sources.
+        (cd / && "$PYTHON" -m pytest_vlaeval install-assets) >&2 || say "some assets are missing (above)"
+    fi
     say "python: $(command -v "$PYTHON")${PYTHONPATH:+ (PYTHONPATH=$PYTHONPATH)}"
-    "$PYTHON" "$ROOT/scripts/gpu_bench.py" "$@"
+    "$PYTHON" "$script" "$@"
 }
 
 main "$@"
