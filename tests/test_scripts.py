@@ -149,6 +149,24 @@ def test_scaling_row_separates_env_builds_from_steps(gpu_bench) -> None:
 
 
 @pytest.mark.mikasa
+def test_the_gpu_wheel_list_covers_every_runtime_dependency() -> None:
+    """The GPU machine installs scripts/gpu-requirements.txt without resolving dependencies, on top
+    of its image: each of this package's own dependencies must be pinned there or named as the
+    image's (a missing one, msgspec, once failed a GPU run at its first benchmark read)."""
+    text = (ROOT / "scripts" / "gpu-requirements.txt").read_text()
+    image = re.search(r"Taken from the image, at its versions: (.*?);", text, re.S).group(1)
+
+    def name(requirement: str) -> str:
+        return re.split(r"[<>=!~\[ ;]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+    covered = {name(line) for line in text.splitlines() if line and not line.startswith("#")}
+    covered |= {name(part) for part in re.split(r",|\band\b", image.replace("#", " ")) if part.strip()}
+    block = re.search(r"^dependencies = \[(.*?)^\]", (ROOT / "pyproject.toml").read_text(), re.S | re.M).group(1)
+    wanted = {name(r) for r in re.findall(r'^\s*"([^"]+)"', block, re.M)}
+    assert {"msgspec", "pytest-xdist"} <= wanted, wanted
+    assert wanted - covered == set()
+
+
 def test_gpu_check_without_a_gpu_runs_every_cpu_row(tmp_path: Path) -> None:
     """No CUDA device here: one line says so, the CPU rows of every part that has one run, exit 0.
     Run from a fresh clone's point of view: no asset pack downloaded (``MS_ASSET_DIR`` empty), no
