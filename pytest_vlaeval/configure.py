@@ -145,7 +145,7 @@ def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> Non
 
     if gate is None:
         raise SpecError("--vla-gate-plan plans a gate: add --vla-baseline=DIR or --vla-sequential --vla-min-sr=X")
-    lines = budget_table(gate.design, gate.tasks, run.plan_probability)
+    lines = budget_table(gate.design, gate.profile, run.plan_probability)
     print("\n".join(lines), flush=True)
     pytest.exit(f"--vla-gate-plan: no episode run (this run's budget: --episodes={run.selection.episodes})", 0)
 

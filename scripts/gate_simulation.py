@@ -7,13 +7,15 @@ in the benchmark (correlation rho). The current run's task SRs are the baseline'
 Modes: ``drop`` gates against a baseline with max drop M; ``min_sr`` gates the current run
 alone against min SR = (the profile's mean SR) - M, so in both a verdict is wrong when it says
 FAIL while the split SR dropped by at most M, or PASS while it dropped by more. UNDECIDED is
-never wrong. Methods: ``betting`` and ``t_test`` (each forced, sequential), ``auto`` (the
-sequential gate's own rule, ``sequential.method_for``, applied to each simulated baseline, or in
-``min_sr`` mode at every look to the task SRs observed so far, as the gate does), and
+never wrong. Methods: ``betting`` and ``t_test`` (each forced, sequential; the forced t test with
+the plain floor ``variance_floor`` alone, to show where it fails), ``auto`` (the
+sequential gate's own rule: ``sequential.drop_method`` on each simulated baseline's outcomes, or in
+``min_sr`` mode ``sequential.method_for`` at every look on the task SRs observed so far, as the
+gate does), and
 ``fixed`` (the fixed gate: its rule, one look at the end; PASS unless FAIL or it cannot FAIL;
 its PASS claims no more than "no significant regression", so only its FAILs can be wrong).
 
-Cells: tasks {1, 2, 3, 10, 38} x seeds {5, 10, 20, 50} x rho {0, 0.3, 0.8} x SR profiles
+Cells: tasks {1, 2, 3, 10, 38} x seeds {5, 10, 20, 50} x rho {0, 0.3, 0.6, 0.8} x SR profiles
 (``mid``: U(0.35, 0.95); ``extreme``: half the tasks near 0, half near 1; ``high``: near 1) x
 drops {0, M, M + 0.01, 2M, 0.3, and 2M spread unevenly over a third of the tasks}. Then the
 coverage of the split-SR interval (``stats.seed_clustered_interval``), 38 tasks.
@@ -35,9 +37,9 @@ from pytest_vlaeval.gate import plan
 from pytest_vlaeval.gate.sequential import (
     MIN_SEEDS,
     OBSERVED,
-    REFERENCE,
     T_TEST,
     betting_bounds,
+    drop_method,
     method_for,
     pocock_level,
     t_bounds,
@@ -49,14 +51,13 @@ from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min
 BLOCK = 5
 TASKS = (1, 2, 3, 10, 38)
 SEEDS = (5, 10, 20, 50)
-RHOS = (0.0, 0.3, 0.8)
+RHOS = (0.0, 0.3, 0.6, 0.8)
 PROFILES = ("mid", "extreme", "high")
 METHODS = ("betting", "t_test", "auto", "fixed")
 
 
 def profile_rates(rng: np.random.Generator, profile: str, tasks: int) -> np.ndarray:
-    """Baseline task SRs (a task cannot drop below 0: its drop is cut there, and the cell's true
-    drop is the mean of what remains)."""
+    """Baseline task SRs."""
     if profile == "mid":
         return rng.uniform(0.35, 0.95, tasks)
     if profile == "high":
@@ -66,13 +67,22 @@ def profile_rates(rng: np.random.Generator, profile: str, tasks: int) -> np.ndar
     return np.where(np.arange(tasks) % 2 == 0, high, low)
 
 
-def task_drops(drop: float, tasks: int, uneven: bool) -> np.ndarray:
-    """Each task's drop, averaging ``drop``: equal, or all of it on a third of the tasks."""
-    if not uneven:
-        return np.full(tasks, drop)
-    hit = max(1, tasks // 3)
+def task_drops(drop: float, rates: np.ndarray, uneven: bool) -> np.ndarray:
+    """Each task's drop, averaging ``drop``: equal over all tasks, or all of it on a third of them.
+    A task cannot drop below 0: what it cannot take is shared equally by the tasks that still can
+    (so near-0 tasks do not shrink the cell's true drop while others can take it); only when no
+    task can take more does the true drop fall short of ``drop``."""
+    tasks = len(rates)
+    hit = np.arange(tasks) < (max(1, tasks // 3) if uneven else tasks)
     drops = np.zeros(tasks)
-    drops[:hit] = drop * tasks / hit
+    left = drop * tasks
+    while left > 1e-12:
+        open_ = hit & (drops < rates - 1e-12)
+        if not open_.any():
+            break
+        share = np.minimum(left / open_.sum(), rates - drops)
+        drops[open_] += share[open_]
+        left -= share[open_].sum()
     return drops
 
 
@@ -92,9 +102,10 @@ def judge(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, ends: list[i
     return verdicts, spent
 
 
-def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, alpha) -> dict[str, tuple]:
+def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, alpha) -> tuple[dict[str, tuple], float]:
+    """Each method's (wrong, correct, undecided, budget spent) in one cell, and the cell's true drop."""
     rates = profile_rates(rng, profile, tasks)
-    drops = np.minimum(task_drops(drop, tasks, uneven), rates)
+    drops = task_drops(drop, rates, uneven)
     base, now = plan.outcomes(rng, rates, drops, rho, seeds, reps)
     min_sr = mode == "min_sr"
     values = plan.per_seed_values(base, now, min_sr)
@@ -107,7 +118,7 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
     # What the forced t test assumes, per replication: the realised baseline's task SRs, or the min SR.
     reference = np.full((reps, tasks), min(max(threshold, 0.0), 1.0)) if min_sr else base.mean(axis=2)
     floors = np.array([[variance_floor(list(srs), seeds)] for srs in reference])
-    chosen, auto_floors = rule(base, now, ends, min_sr)
+    chosen, auto_floors = rule(base, now, ends, min_sr, max_drop)
 
     parts = [betting_bounds((p - low) / (high - low), alpha) for p in np.array_split(values, max(1, reps // 100))]
     bet_lower = low + (high - low) * np.concatenate([p[0] for p in parts])
@@ -141,20 +152,26 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
         wrong = float(np.mean(verdicts == wrong_verdict)) if not (method == "fixed" and regressed) else 0.0
         correct = float(np.mean(verdicts == (FAIL if regressed else PASS)))
         results[method] = (wrong, correct, float(np.mean(verdicts == UNDECIDED)), float(spent.mean()))
-    return results
+    return results, true_drop
 
 
-def rule(base: np.ndarray, now: np.ndarray, ends: list[int], min_sr: bool) -> tuple[np.ndarray, np.ndarray]:
+def rule(
+    base: np.ndarray, now: np.ndarray, ends: list[int], min_sr: bool, max_drop: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Where the gate's rule picks the t test and the floor it gives it, shape (reps, seeds) (read
-    at the looks): chosen once on the baseline's task SRs, or at each look on the current run's."""
+    at the looks): chosen once on the baseline's outcomes (``drop_method``), or at each look on the
+    current run's task SRs (``method_for``)."""
     reps, _, seeds = now.shape
     chosen, floors = np.zeros((reps, seeds), dtype=bool), np.zeros((reps, seeds))
-    looks = [(end, now[:, :, :end].mean(axis=2)) for end in ends] if min_sr else [(seeds, base.mean(axis=2))]
-    for end, srs in looks:
-        for rep, row in enumerate(srs.tolist()):
-            method = method_for(row, seeds, OBSERVED if min_sr else REFERENCE)
-            where = (rep, end - 1) if min_sr else (rep, slice(None))
-            chosen[where], floors[where] = method.name == T_TEST, method.floor
+    if not min_sr:
+        for rep in range(reps):
+            method = drop_method(base[rep].mean(axis=1).tolist(), base[rep].mean(axis=0).tolist(), seeds, max_drop)
+            chosen[rep], floors[rep] = method.name == T_TEST, method.floor
+        return chosen, floors
+    for end in ends:
+        for rep, row in enumerate(now[:, :, :end].mean(axis=2).tolist()):
+            method = method_for(row, seeds, OBSERVED)
+            chosen[rep, end - 1], floors[rep, end - 1] = method.name == T_TEST, method.floor
     return chosen, floors
 
 
@@ -236,7 +253,7 @@ def main() -> None:
     ):
         if uneven and tasks < 3:
             continue
-        results = cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, md, alpha)
+        results, true_drop = cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, md, alpha)
         for method, (wrong, correct, undecided, spent) in results.items():
             cells.append(
                 {
@@ -245,6 +262,7 @@ def main() -> None:
                     "rho": rho,
                     "profile": profile + ("-uneven" if uneven else ""),
                     "drop": round(drop, 6),
+                    "true_drop": round(true_drop, 6),
                     "mode": mode,
                     "method": method,
                     "wrong": wrong,
@@ -288,21 +306,24 @@ def report(cells: list[dict], coverage_rows: list[dict], reps: int, md: float, a
         where = f"{worst['tasks']} tasks x {worst['seeds']} seeds, rho {worst['rho']}, {worst['profile']}, drop {worst['drop']:g}"
         flag = "" if worst["wrong"] <= bound else " (above)"
         print(f"| {mode} | {method} | {worst['wrong']:.3f}{flag} | {se(worst['wrong'], reps):.3f} | {where} |")
-    print("\nThe cells users meet (drop mode, mid SRs, rho 0.3, the automatic gate):\n")
-    print("| tasks | seeds | true drop | correct | wrong | undecided | budget spent |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    largest = max(c["seeds"] for c in cells)
+    print("\nThe cells users meet (drop mode, the automatic gate, no change and twice max drop):\n")
+    print("| tasks | seeds | rho | SRs | true drop | correct | wrong | undecided | budget spent |")
+    print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for c in cells:
         if (
             c["mode"] == "drop"
             and c["method"] == "auto"
-            and c["profile"] == "mid"
-            and c["rho"] == 0.3
-            and c["tasks"] in (3, 10, 38)
-            and c["seeds"] in (10, 50)
+            and c["rho"] in (0.3, 0.6)
+            and c["tasks"] in (10, 38)
+            and c["seeds"] == largest
+            and c["drop"] in (0.0, round(2 * md, 6))
+            and not c["profile"].endswith("uneven")
         ):
             print(
-                f"| {c['tasks']} | {c['seeds']} | {c['drop']:g} | {c['correct']:.2f} +- {se(c['correct'], reps):.2f} | "
-                f"{c['wrong']:.3f} +- {se(c['wrong'], reps):.3f} | {c['undecided']:.2f} | {c['spent']:.2f} |"
+                f"| {c['tasks']} | {c['seeds']} | {c['rho']:g} | {c['profile']} | {c['true_drop']:.3g} | "
+                f"{c['correct']:.2f} +- {se(c['correct'], reps):.2f} | {c['wrong']:.3f} +- {se(c['wrong'], reps):.3f} | "
+                f"{c['undecided']:.2f} | {c['spent']:.2f} |"
             )
     if not coverage_rows:
         return

@@ -211,6 +211,19 @@ def test_bench_scheduling_smoke() -> None:
     assert [line.split()[0] for line in proc.stdout.splitlines()[2:4]] == ["reference", "affinity"]
 
 
+def test_gate_check_puts_each_plan_beside_real_sessions() -> None:
+    """Two sessions per case through the real plugin on the coin benchmark: a row per correlation and
+    case, the plan's numbers and the sessions' counts within range."""
+    proc = run_script("gate_check.py", "--runs=2", "--rhos=0.3", "--episodes=20", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 0.3 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["true drop 0", "true drop 0.2"], proc.stdout
+    for row in rows:
+        cells = [cell.strip() for cell in row.split("|")[3:-1]]
+        assert re.fullmatch(r"\d+%", cells[0]) and 0 < float(cells[1]) <= 1, cells
+        assert re.fullmatch(r"[0-2]/2", cells[2]) and 0 < float(cells[3]) <= 1, cells
+
+
 def test_bench_collection_smoke_counts_every_item() -> None:
     """Two episodes per task of MIKASA's short split: collection alone, no simulator."""
     proc = run_script("bench_collection.py", "--smoke", timeout=120)

@@ -187,8 +187,14 @@ class ResultsController:
             self.write()
             assert self.written is not None
             self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
-        if self.sequential and self.sequential.settle(seed, self.latest) and self.session is not None:
-            self._stop_early(self.session)
+        if self.sequential:
+            looked = len(self.sequential.looks)
+            stop = self.sequential.settle(seed, self.latest)
+            for look in self.sequential.looks[looked:]:
+                if look.chance is not None:
+                    self.progress.notice(self.sequential.look_line(look))
+            if stop and self.session is not None:
+                self._stop_early(self.session)
 
     def _stop_early(self, session: pytest.Session) -> None:
         """The sequential gate's verdict is settled: run nothing more (the affinity scheduler

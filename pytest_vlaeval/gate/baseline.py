@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.gate.sequential import Method, drop_method
 from pytest_vlaeval.gate.stats import Outcomes
 
 
@@ -44,6 +45,16 @@ class Baseline:
     def srs(self) -> list[float]:
         """Each compared task's baseline SR (over its completed episodes)."""
         return [sum(o.values()) / len(o) for o in self.outcomes.values()]
+
+    def seed_means(self) -> list[float]:
+        """The mean over the compared tasks at each seed complete on all of them (how much the
+        seeds move every task together: ``seed_model.seed_correlation``)."""
+        common = set.intersection(*(set(o) for o in self.outcomes.values()))
+        return [sum(o[s] for o in self.outcomes.values()) / len(self.outcomes) for s in sorted(common)]
+
+    def method(self, seeds: int, max_drop: float) -> Method:
+        """The gate's method against this baseline at a budget of ``seeds`` (``sequential.drop_method``)."""
+        return drop_method(self.srs(), self.seed_means(), seeds, max_drop)
 
 
 def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int]) -> Baseline:

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from pytest_vlaeval.gate.baseline import Baseline
-from pytest_vlaeval.gate.plan import Design, start_lines
-from pytest_vlaeval.gate.sequential import Method, method_for, running_bounds
+from pytest_vlaeval.gate.plan import Design, Profile, baseline_profile, start_lines
+from pytest_vlaeval.gate.sequential import Method, running_bounds
 from pytest_vlaeval.gate.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, task_outcomes
 from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, VERDICT_PREFIX
 
@@ -81,7 +81,7 @@ class FixedGate:
     def create(cls, baseline: Baseline, seeds: Sequence[int], max_drop: float, alpha: float) -> FixedGate:
         wanted = set(seeds)
         pairable = len(set.intersection(*(set(o) & wanted for o in baseline.outcomes.values())))
-        return cls(baseline, max_drop, alpha, method_for(baseline.srs(), pairable), pairable)
+        return cls(baseline, max_drop, alpha, baseline.method(pairable, max_drop), pairable)
 
     @property
     def tasks(self) -> int:
@@ -89,12 +89,16 @@ class FixedGate:
 
     def design(self, seeds: int) -> Design:
         """This gate at a budget of ``seeds`` paired seeds, for the plan."""
-        method = method_for(self.baseline.srs(), seeds)
+        method = self.baseline.method(seeds, self.max_drop)
         return Design(method, self.alpha, seeds, self.max_drop, sequential=False)
+
+    def profile(self, seeds: int) -> Profile:
+        """What the plan simulates at a budget of ``seeds``: the baseline's SRs and seed correlation."""
+        return baseline_profile(self.baseline, seeds)
 
     def start_lines(self) -> list[str]:
         """What to say before any episode runs: the plan, and that the gate cannot FAIL, when it cannot."""
-        lines = start_lines(self.design(self.seeds), self.tasks, self.seeds)
+        lines = start_lines(self.design(self.seeds), self.profile(self.seeds), self.seeds)
         if not can_fail(self.seeds, self.method, self.alpha, self.max_drop):
             lines.append(
                 f"{VERDICT_PREFIX}: this run pairs {self.seeds} seeds with the baseline: too few to show a drop above "

@@ -4,8 +4,16 @@ each possible, and the simulated chance of a correct verdict within a budget.
 The simulator is the one ``scripts/gate_simulation.py`` runs over its grid of cells: known
 per-task SRs and a latent per-seed difficulty shared by every task and both runs (the same seed
 gives the same initial state), so tasks correlate as in the benchmark: episode (t, s) succeeds
-when sqrt(rho) z_s + sqrt(1 - rho) e < Phi^-1(p_t), hence P(success) = p_t exactly. The plan's
-profile is pessimistic: every task at SR 1/2 (the largest spread) and rho = ``PLAN_RHO``.
+when sqrt(rho) z_s + sqrt(1 - rho) e < Phi^-1(p_t), hence P(success) = p_t exactly
+(``seed_model``). What it simulates (``Profile``) is what the gate can know:
+
+- against a baseline, the baseline's own task SRs, and its seed correlation at both ends of what
+  its per-seed means allow (``seed_model.seed_correlation``), reporting the worse end per scenario:
+  for a paired drop a weak correlation is the pessimistic case when nothing changed (the seed's
+  shared difficulty no longer cancels) and a strong one when the policy got worse (the drop falls
+  on a few hard seeds);
+- with a min SR and no data, every task at the scenario's SR and rho = ``MIN_SR_PLAN_RHO``, the
+  pessimistic end for a one-sample mean (the seeds move all tasks together).
 """
 
 from __future__ import annotations
@@ -14,14 +22,19 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_vlaeval.gate.sequential import BETTING, Method, running_bounds
+from pytest_vlaeval.gate.seed_model import RHOS, seed_correlation
+from pytest_vlaeval.gate.sequential import BETTING, MIN_SEEDS, Method, running_bounds
 from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min_sr_verdict
 
-PLAN_RHO = 0.6
-"""The correlation between tasks at a seed the plan assumes (the audit's cells go up to 0.8)."""
+if TYPE_CHECKING:
+    from pytest_vlaeval.gate.baseline import Baseline
+
+MIN_SR_PLAN_RHO = 0.8
+"""The seed correlation the plan assumes with a min SR and no data (the simulation's cells go up to 0.8)."""
 PLAN_REPS = 200
 PLAN_BUDGETS = (10, 20, 30, 50, 75, 100, 150, 200, 300)
 CHUNK = 100
@@ -38,6 +51,44 @@ class Design:
     threshold: float
     min_sr: bool = False
     sequential: bool = True
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The benchmark the plan simulates: task SRs, the seed correlations to try (the plan takes
+    the worse per scenario), and what that assumes, in words for the plan's line."""
+
+    srs: tuple[float, ...]
+    rhos: tuple[float, ...]
+    assumed: str
+
+    @property
+    def tasks(self) -> int:
+        return len(self.srs)
+
+
+def baseline_profile(baseline: Baseline, seeds: int) -> Profile:
+    """The baseline's task SRs (smoothed by one success and one failure, so none is exactly 0 or
+    1) and both ends of its seed correlation."""
+    srs = np.asarray(baseline.srs())
+    means = np.asarray(baseline.seed_means())
+    if len(means) >= MIN_SEEDS:
+        low, high = (float(seed_correlation(means, srs, end)) for end in ("lower", "upper"))
+        known = f"seed correlation {low:.2f} to {high:.2f} (what its {len(means)} seeds allow)"
+    else:
+        low, high = 0.0, float(RHOS[-1])
+        known = f"seed correlation anywhere in 0 to {high:.2f} (its {len(means)} seeds say too little)"
+    smoothed = (srs * seeds + 1) / (seeds + 2)
+    assumed = f"the baseline's {len(srs)} task SRs (mean {srs.mean():.2f}) and {known}, the worse end per case"
+    return Profile(tuple(smoothed.tolist()), (low, high), assumed)
+
+
+def min_sr_profile(tasks: int) -> Profile:
+    return Profile(
+        (0.5,) * tasks,
+        (MIN_SR_PLAN_RHO,),
+        f"every task at the case's SR, seed correlation {MIN_SR_PLAN_RHO:g} (the pessimistic end for a min SR)",
+    )
 
 
 def outcomes(
@@ -125,29 +176,33 @@ def earliest(design: Design, seeds: int) -> tuple[int | None, int | None]:
     return found[0], found[1]
 
 
-def chance_of_deciding(design: Design, tasks: int, seeds: int, seed: int = 0) -> dict[str, tuple[float, float]]:
-    """Under the plan's profile: for a true change of none and of twice the threshold's margin
-    (a drop of 2 x max drop, or an SR of min SR -/+ 0.1), the share of correct verdicts and the
-    mean share of the budget spent."""
+def chance_of_deciding(design: Design, profile: Profile, seeds: int, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Under ``profile``: for a true change of none and of twice the threshold's margin (a drop of
+    2 x max drop, or an SR of min SR -/+ 0.1), the share of correct verdicts and the mean share of
+    the budget spent, at the profile's correlation where fewer verdicts are correct."""
     rng = np.random.default_rng(seed)
-    rates = [0.5] * tasks
     results = {}
-    for label, change, correct in _scenarios(design):
-        base, now = outcomes(rng, rates, [change] * tasks, PLAN_RHO, seeds, PLAN_REPS)
-        verdicts, spent = run(per_seed_values(base, now, design.min_sr), design)
-        results[label] = (float(np.mean(verdicts == correct)), float(spent.mean()))
+    for label, change, correct in _scenarios(design, profile):
+        found = []
+        for rho in profile.rhos:
+            base, now = outcomes(rng, profile.srs, change, rho, seeds, PLAN_REPS)
+            verdicts, spent = run(per_seed_values(base, now, design.min_sr), design)
+            found.append((float(np.mean(verdicts == correct)), float(spent.mean())))
+        results[label] = min(found, key=lambda chance: (chance[0], -chance[1]))
     return results
 
 
-def _scenarios(design: Design) -> list[tuple[str, float, str]]:
-    """(label, the change to every task's SR of 1/2, the correct verdict) of the two planned cases."""
-    if design.min_sr:
+def _scenarios(design: Design, profile: Profile) -> list[tuple[str, np.ndarray, str]]:
+    """(label, each task's drop, the correct verdict) of the two planned cases."""
+    srs = np.asarray(profile.srs)
+    if design.min_sr:  # every task moved to the case's SR
         above, below = min(design.threshold + 0.1, 1.0), max(design.threshold - 0.1, 0.0)
-        return [(f"true SR {above:.2f}", 0.5 - above, PASS), (f"true SR {below:.2f}", 0.5 - below, FAIL)]
-    return [("true drop 0", 0.0, PASS), (f"true drop {2 * design.threshold:g}", 2 * design.threshold, FAIL)]
+        return [(f"true SR {above:.2f}", srs - above, PASS), (f"true SR {below:.2f}", srs - below, FAIL)]
+    drop = 2 * design.threshold
+    return [("true drop 0", np.zeros(len(srs)), PASS), (f"true drop {drop:g}", np.minimum(drop, srs), FAIL)]
 
 
-def start_lines(design: Design, tasks: int, seeds: int) -> list[str]:
+def start_lines(design: Design, profile: Profile, seeds: int) -> list[str]:
     """What the gate says when the session starts: when it can first decide, and its chances."""
     first_pass, first_fail = earliest(design, seeds)
     never = "not within this budget"
@@ -156,20 +211,26 @@ def start_lines(design: Design, tasks: int, seeds: int) -> list[str]:
         f"{never if first_pass is None else f'{first_pass} seeds'}, earliest FAIL at "
         f"{never if first_fail is None else f'{first_fail} seeds'} of {seeds}"
     )
-    chances = chance_of_deciding(design, tasks, seeds)
+    chances = chance_of_deciding(design, profile, seeds)
     odds = "; ".join(f"{label}: correct {c:.0%}, budget spent {s:.2f}" for label, (c, s) in chances.items())
-    return [head, f"vlaeval gate plan: simulated (SRs 0.5, rho {PLAN_RHO:g}): {odds}"]
+    return [head, f"vlaeval gate plan: simulated at {profile.assumed}: {odds}"]
 
 
-def budget_table(design_for: Callable[[int], Design], tasks: int, probability: float = 0.8) -> list[str]:
+def budget_table(
+    design_for: Callable[[int], Design], profile_for: Callable[[int], Profile], probability: float = 0.8
+) -> list[str]:
     """``--vla-gate-plan``: per budget, the chance of a correct verdict in each scenario, and the
-    smallest budget reaching ``probability`` in both. ``design_for(seeds)`` gives the gate's design there."""
-    lines = ["| seeds | method | " + " | ".join(label for label, *_ in _scenarios(design_for(10))) + " |"]
-    lines.append("| ---: | --- |" + " ---: |" * len(_scenarios(design_for(10))))
+    smallest budget reaching ``probability`` in both. ``design_for(seeds)`` and
+    ``profile_for(seeds)`` give the gate's design and the simulated profile there."""
+    first = profile_for(PLAN_BUDGETS[0])
+    labels = [label for label, *_ in _scenarios(design_for(PLAN_BUDGETS[0]), first)]
+    lines = [f"vlaeval gate plan: simulated at {first.assumed}"]
+    lines.append("| seeds | method | " + " | ".join(labels) + " |")
+    lines.append("| ---: | --- |" + " ---: |" * len(labels))
     enough = None
     for seeds in PLAN_BUDGETS:
         design = design_for(seeds)
-        chances = chance_of_deciding(design, tasks, seeds)
+        chances = chance_of_deciding(design, profile_for(seeds), seeds)
         cells = " | ".join(f"correct {c:.0%}, spent {s:.2f}" for c, s in chances.values())
         lines.append(f"| {seeds} | {design.method.name} | {cells} |")
         if enough is None and all(c >= probability for c, _ in chances.values()):
@@ -179,4 +240,4 @@ def budget_table(design_for: Callable[[int], Design], tasks: int, probability: f
         if enough
         else f"no budget up to {PLAN_BUDGETS[-1]} seeds decides with probability {probability:.0%} in both"
     )
-    return [*lines, f"vlaeval gate plan: {tasks} tasks: {verdict}"]
+    return [*lines, f"vlaeval gate plan: {first.tasks} tasks: {verdict}"]

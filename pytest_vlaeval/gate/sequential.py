@@ -26,19 +26,20 @@ n - 1 degrees of freedom. Chosen over the asymptotic confidence sequence (Waudby
 in advance, and the planned boundary is narrower: in the simulation (``docs/gate.md``) it
 decides more often at a smaller share of the budget.
 
-**The rule** (``choose``). The t test leans on the observed variance, which is wrong when a few
-tasks or extreme SRs make the per-seed values lumpy: early runs of equal outcomes give a zero
-standard deviation. So it is used only with at least ``MIN_TASKS`` compared tasks, reference
-SRs (the baseline's task SRs, or ``--vla-min-sr`` for every task) whose mean p (1 - p) is at
-least ``MIN_SPREAD`` (that of SR 0.15 or 0.85: few tasks near 0 or 1), and at least
-``MIN_SEEDS`` seeds; its variance never goes below a floor, the variance of the per-seed value
-were the tasks independent at their (smoothed) reference SRs (``variance_floor``). Otherwise
-the betting sequence decides. A min SR says nothing of the tasks' own SRs (half the tasks near
-0 and half near 1 average 1/2 too), so in that mode the rule is applied again at every look to
+**The rules.** Both need at least ``MIN_TASKS`` compared tasks and a budget of ``MIN_SEEDS``
+seeds for the t test, else the betting sequence decides. Against a baseline (``drop_method``) the
+t test then takes any SRs, its variance never below the variance the per-seed drop has at the
+boundary (every task dropping by max drop) in the latent-seed model at the baseline's SRs and seed
+correlation (``seed_model``): near 0 or 1 a drop falls on a few hard seeds, which the observed
+variance misses early, and that floor supplies it. With a min SR (``method_for``, ``choose``) no
+baseline tells the seeds' structure, so the t test needs, besides, task SRs whose mean p (1 - p) is
+at least ``MIN_SPREAD`` (that of SR 0.15 or 0.85), and its floor is the variance of independent
+tasks (``variance_floor``). A min SR says nothing of the tasks' own SRs (half the tasks near 0
+and half near 1 average 1/2 too), so in that mode the rule is applied again at every look to
 the task SRs observed so far (``OBSERVED``): with the min SR standing in for them, the t test
 wrongly PASSed 0.069 of the time in the simulation's cell of 38 tasks, half near 0 and half near
 1, rho 0.8. ``scripts/gate_simulation.py`` checks the wrong-verdict rate of each method and of
-the rule in every cell, the hard ones included.
+the rules in every cell, the hard ones included.
 
 Everything is vectorised over leading axes so the simulation runs many paths at once.
 """
@@ -53,6 +54,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from pytest_vlaeval.gate.seed_model import RHOS, boundary_variance, seed_correlation
 from pytest_vlaeval.gate.stats import t_quantile
 
 GRID = np.linspace(0.0, 1.0, 401)
@@ -136,6 +138,29 @@ def method_for(srs: Sequence[float], seeds: int, srs_are: str = REFERENCE) -> Me
     srs = list(srs)
     spread = sum(p * (1 - p) for p in srs) / len(srs)
     return choose(len(srs), seeds, spread, variance_floor(srs, seeds), srs_are)
+
+
+def drop_method(srs: Sequence[float], seed_means: Sequence[float], seeds: int, max_drop: float) -> Method:
+    """The method for a drop against a baseline with task SRs ``srs`` and per-seed means
+    ``seed_means`` (its seeds complete on every task), a budget of ``seeds`` and ``max_drop``.
+
+    The t test's floor here is the variance the per-seed drop has at the boundary, a drop of
+    ``max_drop`` on every task, in the latent-seed model (``seed_model``) at the baseline's SRs and
+    at the upper end of the seed correlation its per-seed means show. That floor is what the
+    observed variance misses early when the SRs sit near 0 or 1 (the drop then falls on a few
+    seeds), so unlike ``method_for`` no SR spread is required."""
+    srs = list(srs)
+    if len(srs) < MIN_TASKS:
+        return Method(BETTING, f"{len(srs)} tasks < {MIN_TASKS}")
+    if seeds < MIN_SEEDS:
+        return Method(BETTING, f"{seeds} seeds < {MIN_SEEDS}")
+    rho = float(seed_correlation(np.asarray(seed_means), np.asarray(srs))) if len(seed_means) >= MIN_SEEDS else RHOS[-1]
+    floor = max(variance_floor(srs, seeds), boundary_variance(srs, seeds, max_drop, rho))
+    reason = (
+        f"{len(srs)} tasks, {seeds} seeds, variance floor at a drop of {max_drop:g} from the baseline's task SRs "
+        f"and seed correlation {rho:.2f}"
+    )
+    return Method(T_TEST, reason, floor)
 
 
 def variance_floor(reference_srs: Sequence[float], episodes: int) -> float:

@@ -4,9 +4,9 @@ block, and stop the session as soon as the verdict is settled.
 Seeds are the unit (``stats``): block b holds seeds ``start + b*B ... start + (b+1)*B - 1`` of
 every task, and every task's block b is handed out before any task's block b+1 (collection
 order serially; the affinity scheduler under xdist), so a look sees complete per-seed means.
-At each look the bounds of the method ``sequential.choose`` picked (the group-sequential t test
-where that is safe, else the betting confidence sequence) are taken on the per-seed drops
-against the baseline, the method chosen at session start on the baseline's task SRs (or, with
+At each look the bounds of the method the rule picked (the group-sequential t test where that is
+safe, else the betting confidence sequence) are taken on the per-seed drops against the baseline,
+the method chosen at session start on the baseline's outcomes, ``sequential.drop_method`` (or, with
 ``--vla-min-sr``, on the per-seed means, the method chosen again at every look on the task SRs
 observed so far, since a min SR says nothing of them):
 FAIL or PASS as soon as they exclude the other side of the threshold, UNDECIDED when the budget
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import Baseline
-from pytest_vlaeval.gate.plan import Design, start_lines
+from pytest_vlaeval.gate.plan import Design, Profile, baseline_profile, min_sr_profile, run, start_lines
 from pytest_vlaeval.gate.sequential import BETTING, OBSERVED, Method, method_for, running_bounds
 from pytest_vlaeval.gate.stats import group_sr, paired_seed_sums, success_rate
 from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX, drop_verdict, min_sr_verdict
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from pytest_vlaeval.spec import Selection
 
 DEFAULT_BLOCK = 5
+CHANCE_PATHS = 200
+"""Resampled paths behind a look's chance of deciding by the budget."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,12 @@ def settings(
     return SequentialSettings(alpha, block, min_sr)
 
 
+def _method(baseline: Baseline | None, reference_srs: list[float], seeds: int, max_drop: float) -> Method:
+    """Against a baseline, the rule for drops on its outcomes; with a min SR, the plan's method
+    (each look chooses again on the task SRs observed so far)."""
+    return baseline.method(seeds, max_drop) if baseline else method_for(reference_srs, seeds)
+
+
 @dataclass
 class Look:
     block: int
@@ -90,6 +98,8 @@ class Look:
     """How this look's bounds were taken."""
     missing: tuple[str, ...] = ()
     """Compared tasks with no completed episode up to this look: no seed pairs while any is."""
+    chance: float | None = None
+    """Undecided with budget left: how likely a verdict is by the budget, from the seeds so far."""
 
 
 @dataclass
@@ -128,7 +138,7 @@ class SequentialGate:
         else:
             reference_srs = [settings.min_sr] * len(selection.tasks)
         task_ids = tuple(task.env_id for task in selection.tasks)
-        method = method_for(reference_srs, seeds)
+        method = _method(baseline, reference_srs, seeds, max_drop)
         return cls(settings, selection.start_seed, seeds, max_drop, method, reference_srs, task_ids, baseline)
 
     @property
@@ -143,13 +153,18 @@ class SequentialGate:
         """This gate at a budget of ``seeds``, for the plan."""
         min_sr = self.settings.min_sr
         threshold = self.max_drop if min_sr is None else min_sr
-        method = method_for(self.reference_srs, seeds)
+        method = _method(self.baseline, self.reference_srs, seeds, self.max_drop)
         return Design(method, self.settings.alpha, self.settings.block, threshold, min_sr is not None)
+
+    def profile(self, seeds: int) -> Profile:
+        """What the plan simulates at a budget of ``seeds``: the baseline's SRs and seed
+        correlation, or with a min SR the pessimistic profile for it."""
+        return baseline_profile(self.baseline, seeds) if self.baseline else min_sr_profile(self.tasks)
 
     def start_lines(self) -> list[str]:
         """What to say before any episode runs: when PASS and FAIL are possible, and the chances."""
         seeds = self.settings.block * (self.last_block + 1)
-        return start_lines(self.design(seeds), self.tasks, seeds)
+        return start_lines(self.design(seeds), self.profile(seeds), seeds)
 
     @property
     def planned_looks(self) -> int:
@@ -209,7 +224,8 @@ class SequentialGate:
             drops = [-k / len(compared) for k in sums.values()]
             lower, upper = self._bounds(drops, self.method, (-1.0, 1.0))
             verdict = str(drop_verdict(lower, upper, self.max_drop))
-            return Look(block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict, self.method)
+            chance = self._chance(drops, self.method) if verdict == UNDECIDED else None
+            return Look(block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict, self.method, (), chance)
         missing = tuple(t for t in self.task_ids if not current.get(t))
         seeds = [] if missing else sorted(set.intersection(*(set(current[t]) for t in self.task_ids)))
         if not seeds:
@@ -219,11 +235,37 @@ class SequentialGate:
         means = [group_sr(current[t][s] for t in self.task_ids) for s in seeds]
         lower, upper = self._bounds(means, method, (0.0, 1.0))
         verdict = str(min_sr_verdict(lower, upper, self.settings.min_sr))
-        return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict, method)
+        chance = self._chance(means, method) if verdict == UNDECIDED else None
+        return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict, method, (), chance)
 
     def _bounds(self, values: list[float], method: Method, value_range: tuple[float, float]) -> tuple[float, float]:
         lower, upper = running_bounds(np.asarray(values), method, self.settings.alpha, self.planned_looks, value_range)
         return float(lower[-1]), float(upper[-1])
+
+    def _chance(self, values: list[float], method: Method) -> float | None:
+        """How likely a verdict is by the budget, judged from the seeds so far: the rest of the
+        budget drawn from them with replacement, ``CHANCE_PATHS`` times, and the gate's own looks
+        taken on each path. A guide for the CI user, not a guarantee: it takes what the first
+        seeds showed for what the rest will show."""
+        rest = self.seeds - len(values)
+        if rest <= 0 or len(values) < 2:
+            return None
+        rng = np.random.default_rng(len(values))
+        so_far = np.asarray(values, dtype=float)
+        paths = np.concatenate([np.tile(so_far, (CHANCE_PATHS, 1)), rng.choice(so_far, (CHANCE_PATHS, rest))], axis=1)
+        verdicts, _ = run(paths, replace(self.design(self.seeds), method=method))
+        return float(np.mean(verdicts != UNDECIDED))
+
+    def look_line(self, look: Look) -> str:
+        """A look that left the verdict open with budget to go: where it stands, and its chance."""
+        low, high = look.interval
+        what = "drop" if self.settings.min_sr is None else "split SR"
+        chance = "?" if look.chance is None else f"{look.chance:.0%}"
+        return (
+            f"{VERDICT_PREFIX} look {look.block + 1} at {look.seeds} seeds: {what} {look.estimate:+.3f} "
+            f"[{low:+.3f}, {high:+.3f}], undecided; about {chance} likely to decide by {self.seeds} seeds, "
+            "judged from the seeds so far"
+        )
 
     # -- the verdict -------------------------------------------------------------------------
 

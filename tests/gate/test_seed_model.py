@@ -1,0 +1,64 @@
+"""The latent-seed model's variances against the simulator they describe, and the correlation
+read back from a run's per-seed means."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_vlaeval.gate import plan, seed_model
+from pytest_vlaeval.gate.sequential import BETTING, T_TEST, drop_method, method_for, variance_floor
+
+HIGH = np.linspace(0.92, 0.98, 38)
+BIMODAL = np.where(np.arange(38) % 2 == 0, 0.95, 0.05)
+
+
+@pytest.mark.parametrize("srs", [HIGH, BIMODAL, np.linspace(0.35, 0.95, 10)], ids=["high", "bimodal", "mid"])
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.8])
+@pytest.mark.parametrize("drop", [0.0, 0.05])
+def test_the_model_variances_are_the_simulators(srs: np.ndarray, rho: float, drop: float) -> None:
+    """Quadrature against 40,000 simulated seeds: within 5 % (about 3.5 standard errors)."""
+    drops = np.minimum(drop, srs)
+    base, now = plan.outcomes(np.random.default_rng(7), srs, drops, rho, 1, 40_000)
+    paired = plan.per_seed_values(base, now, min_sr=False)[:, 0].var()
+    one_run = base.mean(axis=1)[:, 0].var()
+    assert float(seed_model.paired_variance(srs, drops, np.asarray(rho))) == pytest.approx(paired, rel=0.05)
+    assert float(seed_model.run_variance(srs, np.asarray(rho))) == pytest.approx(one_run, rel=0.05)
+
+
+def test_a_drop_at_high_srs_and_strong_correlation_falls_on_few_seeds() -> None:
+    """Why the floor is taken at the boundary: there the drop's variance is several times that of
+    the same SRs with nothing changed, and than that of independent tasks."""
+    at_zero = float(seed_model.paired_variance(HIGH, np.zeros(38), np.asarray(0.8)))
+    at_boundary = float(seed_model.paired_variance(HIGH, np.full(38, 0.05), np.asarray(0.8)))
+    independent = float(seed_model.paired_variance(HIGH, np.full(38, 0.05), np.asarray(0.0)))
+    assert at_boundary > 5 * at_zero and at_boundary > 2 * independent
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.6])
+def test_the_correlations_ends_hold_the_true_one_mostly(rho: float) -> None:
+    """Each end is one-sided at 10 %: across 300 runs of 50 seeds, the true rho lies below the
+    upper end and above the lower end in most of them."""
+    srs = np.linspace(0.35, 0.95, 38)
+    base, _ = plan.outcomes(np.random.default_rng(3), srs, np.zeros(38), rho, 50, 300)
+    means, observed = base.mean(axis=1), base.mean(axis=2)
+    upper = seed_model.seed_correlation(means, observed, "upper")
+    lower = seed_model.seed_correlation(means, observed, "lower")
+    assert np.all(lower <= upper)
+    assert np.mean(upper >= rho - 1e-9) >= 0.85
+    assert np.mean(lower <= rho + 1e-9) >= 0.85
+
+
+def test_drop_method_gives_high_and_bimodal_srs_the_t_test_with_the_boundary_floor() -> None:
+    """The min-SR rule sends SRs near 0 or 1 to the betting sequence; against a baseline they get
+    the t test, never with a floor below the old one, and never with fewer than 10 tasks or seeds."""
+    means = list(np.random.default_rng(0).uniform(0.9, 1.0, 50))
+    for srs in (list(HIGH), list(BIMODAL)):
+        assert method_for(srs, 50).name == BETTING
+        method = drop_method(srs, means, 50, 0.05)
+        assert method.name == T_TEST and method.floor >= variance_floor(srs, 50)
+        assert method.floor >= float(seed_model.boundary_variance(srs, 50, 0.05, 0.0))
+    assert drop_method(list(HIGH[:9]), means, 50, 0.05).name == BETTING
+    assert drop_method(list(HIGH), means[:9], 9, 0.05).name == BETTING
+    few = drop_method(list(HIGH), means[:5], 50, 0.05)
+    assert "correlation 0.95" in few.reason, "a baseline of too few seeds is read at the largest correlation"
