@@ -30,10 +30,13 @@ import itertools
 import json
 import math
 import time
+from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
 from pytest_vlaeval.gate import plan
+from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.sequential import (
     MIN_SEEDS,
     OBSERVED,
@@ -53,6 +56,9 @@ TASKS = (1, 2, 3, 10, 38)
 SEEDS = (5, 10, 20, 50)
 RHOS = (0.0, 0.3, 0.6, 0.8)
 PROFILES = ("mid", "extreme", "high")
+PLAN_TASKS = (1, 3, 10, 38)
+PLAN_RHOS = (0.0, 0.2, 0.4, 0.6, 0.8)
+NORMAL = NormalDist()
 METHODS = ("betting", "t_test", "auto", "fixed")
 
 
@@ -68,22 +74,10 @@ def profile_rates(rng: np.random.Generator, profile: str, tasks: int) -> np.ndar
 
 
 def task_drops(drop: float, rates: np.ndarray, uneven: bool) -> np.ndarray:
-    """Each task's drop, averaging ``drop``: equal over all tasks, or all of it on a third of them.
-    A task cannot drop below 0: what it cannot take is shared equally by the tasks that still can
-    (so near-0 tasks do not shrink the cell's true drop while others can take it); only when no
-    task can take more does the true drop fall short of ``drop``."""
+    """Each task's drop, averaging ``drop``: over all tasks, or all of it on a third of them
+    (``plan.spread_drop``: what a near-0 task cannot take goes to the others)."""
     tasks = len(rates)
-    hit = np.arange(tasks) < (max(1, tasks // 3) if uneven else tasks)
-    drops = np.zeros(tasks)
-    left = drop * tasks
-    while left > 1e-12:
-        open_ = hit & (drops < rates - 1e-12)
-        if not open_.any():
-            break
-        share = np.minimum(left / open_.sum(), rates - drops)
-        drops[open_] += share[open_]
-        left -= share[open_].sum()
-    return drops
+    return plan.spread_drop(drop, rates, np.arange(tasks) < (max(1, tasks // 3) if uneven else tasks))
 
 
 def judge(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, ends: list[int], threshold: float, min_sr: bool):
@@ -209,6 +203,55 @@ def coverage(rng: np.random.Generator, reps: int, seeds_list, rhos, profiles) ->
     return rows
 
 
+def shared_seed_runs(
+    rng: np.random.Generator, rates: np.ndarray, drops: np.ndarray, rho: float, seeds: int, runs: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One baseline run, shape (tasks, seeds), and ``runs`` current runs, (runs, tasks, seeds), on
+    the same seeds (the same latent difficulties), as a CI job meets them: one committed baseline,
+    then run after run against it."""
+    latent = math.sqrt(rho) * rng.standard_normal(seeds)
+    noise = math.sqrt(1 - rho)
+    thresholds = np.array([NORMAL.inv_cdf(min(max(p, 1e-9), 1 - 1e-9)) for p in rates])[:, None]
+    now_thresholds = np.array([NORMAL.inv_cdf(min(max(p, 1e-9), 1 - 1e-9)) for p in rates - drops])[:, None]
+    base = latent + noise * rng.standard_normal((len(rates), seeds)) < thresholds
+    now = latent + noise * rng.standard_normal((runs, len(rates), seeds)) < now_thresholds
+    return base, now
+
+
+def plan_check(
+    rng: np.random.Generator, tasks_list, rhos, profiles, seeds: int, md: float, alpha: float, baselines: int, runs: int
+) -> list[dict]:
+    """The plan against what happens: per cell, ``baselines`` baselines; from each, the gate's plan
+    (as the session prints it) and ``runs`` current runs gated against it; the plan's mean
+    prediction beside the share of correct verdicts and the mean budget spent."""
+    rows = []
+    for tasks, rho, profile in itertools.product(tasks_list, rhos, profiles):
+        rates = profile_rates(rng, profile, tasks)
+        for label, drop, correct in (("true drop 0", 0.0, PASS), (f"true drop {2 * md:g}", 2 * md, FAIL)):
+            drops = task_drops(drop, rates, False)
+            predicted, realised = [], []
+            for _ in range(baselines):
+                base, now = shared_seed_runs(rng, rates, drops, rho, seeds, runs)
+                baseline = Baseline(Path("."), {f"t{t}": dict(enumerate(row.tolist())) for t, row in enumerate(base)})
+                design = plan.Design(baseline.method(seeds, md), alpha, BLOCK, md)
+                chances = plan.chance_of_deciding(design, plan.baseline_profile(baseline, seeds), seeds)
+                predicted.append(next(v for k, v in chances.items() if k == label))
+                verdicts, spent = plan.run(base.mean(axis=0) - now.mean(axis=1), design)
+                realised.append((float(np.mean(verdicts == correct)), float(spent.mean())))
+            plan_correct, plan_spent = np.mean(predicted, axis=0)
+            real_correct, real_spent = np.mean(realised, axis=0)
+            rows.append(
+                {"tasks": tasks, "rho": rho, "profile": profile, "case": label, "plan_correct": plan_correct,
+                 "plan_spent": plan_spent, "correct": real_correct, "spent": real_spent, "sessions": baselines * runs}
+            )  # fmt: skip
+            print(
+                f"| {tasks} | {rho:g} | {profile} | {label} | {plan_correct:.2f} | {real_correct:.2f} | "
+                f"{plan_spent:.2f} | {real_spent:.2f} |",
+                flush=True,
+            )
+    return rows
+
+
 def _numbers(value: str) -> tuple[float, ...]:
     return tuple(float(v) for v in value.split(","))
 
@@ -232,6 +275,12 @@ def main() -> None:
     parser.add_argument("--rhos", type=_numbers, help="only these correlations")
     parser.add_argument("--profiles", type=lambda v: tuple(v.split(",")), help=f"only these of {', '.join(PROFILES)}")
     parser.add_argument("--no-coverage", action="store_true", help="skip the interval coverage table")
+    parser.add_argument(
+        "--plan-check",
+        action="store_true",
+        help="instead: the plan against what happens, tasks {1, 3, 10, 38} x rho {0, 0.2, 0.4, 0.6, 0.8} x "
+        "profiles, drop mode, one budget (the first of --seeds, else 50)",
+    )
     args = parser.parse_args()
     reps = args.reps or (40 if args.smoke else 200 if args.quick else 1000)
     rng = np.random.default_rng(args.seed)
@@ -243,6 +292,29 @@ def main() -> None:
     seeds_list = tuple(int(s) for s in args.seeds) if args.seeds else seeds_list
     rhos = args.rhos or rhos
     profiles = args.profiles or profiles
+    if args.plan_check:
+        seeds = int(args.seeds[0]) if args.seeds else 50
+        baselines, runs = (3, 10) if args.smoke else (10, 10) if args.quick else (50, 20)
+        print(f"drop mode, {seeds} seeds, max drop {md:g}; {baselines} baselines a cell, {runs} runs against each\n")
+        print("| tasks | rho | SRs | case | plan: correct | correct | plan: spent | spent |")
+        print("| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
+        started = time.perf_counter()
+        rows = plan_check(
+            rng,
+            tuple(int(t) for t in args.tasks) if args.tasks else ((10,) if args.smoke else PLAN_TASKS),
+            args.rhos or ((0.3,) if args.smoke else PLAN_RHOS),
+            args.profiles or (("high",) if args.smoke else PROFILES),
+            seeds, md, alpha, baselines, runs,
+        )  # fmt: skip
+        worst = max(rows, key=lambda r: max(r["plan_correct"] - r["correct"], r["spent"] - r["plan_spent"]))
+        print(
+            f"\nmost optimistic plan: correct {worst['plan_correct']:.2f} planned vs {worst['correct']:.2f}, spent "
+            f"{worst['plan_spent']:.2f} planned vs {worst['spent']:.2f} ({worst['tasks']} tasks, rho {worst['rho']:g}, "
+            f"{worst['profile']}, {worst['case']}); {time.perf_counter() - started:.0f} s"
+        )
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return
     drops = [(0.0, False), (md, False), (md + 0.01, False), (2 * md, False), (0.3, False), (2 * md, True)]
     if args.smoke:
         drops = [(0.0, False), (2 * md, False)]

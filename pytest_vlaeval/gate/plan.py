@@ -33,6 +33,10 @@ from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min
 if TYPE_CHECKING:
     from pytest_vlaeval.gate.baseline import Baseline
 
+PLAN_RHO_LEVEL = 0.25
+"""One-sided level of each end of the baseline's seed correlation the plan tries (the middle half of
+what its seeds allow): the 10% ends the gate's floor takes made the plan 30 points too pessimistic
+where a drop's cost rests on the correlation (SRs near 1, strong correlation, ``scripts/gate_check.py``)."""
 MIN_SR_PLAN_RHO = 0.8
 """The seed correlation the plan assumes with a min SR and no data (the simulation's cells go up to 0.8)."""
 PLAN_REPS = 200
@@ -73,8 +77,8 @@ def baseline_profile(baseline: Baseline, seeds: int) -> Profile:
     srs = np.asarray(baseline.srs())
     means = np.asarray(baseline.seed_means())
     if len(means) >= MIN_SEEDS:
-        low, high = (float(seed_correlation(means, srs, end)) for end in ("lower", "upper"))
-        known = f"seed correlation {low:.2f} to {high:.2f} (what its {len(means)} seeds allow)"
+        low, high = (float(seed_correlation(means, srs, end, PLAN_RHO_LEVEL)) for end in ("lower", "upper"))
+        known = f"seed correlation {low:.2f} to {high:.2f} (its {len(means)} seeds' middle half)"
     else:
         low, high = 0.0, float(RHOS[-1])
         known = f"seed correlation anywhere in 0 to {high:.2f} (its {len(means)} seeds say too little)"
@@ -109,6 +113,24 @@ def outcomes(
     base = latent + noise * rng.standard_normal(shape) < thresholds(rates)
     now = latent + noise * rng.standard_normal(shape) < thresholds(rates - np.asarray(drops, dtype=float))
     return base, now
+
+
+def spread_drop(drop: float, srs: np.ndarray, hit: np.ndarray | None = None) -> np.ndarray:
+    """Each task's drop, averaging ``drop`` over all tasks, taken by the tasks in ``hit`` (all by
+    default). A task cannot drop below 0: what it cannot take is shared equally by those that still
+    can, so a near-0 task does not shrink a case's true drop while others can take it."""
+    srs = np.asarray(srs, dtype=float)
+    hit = np.ones(len(srs), dtype=bool) if hit is None else hit
+    drops = np.zeros(len(srs))
+    left = drop * len(srs)
+    while left > 1e-12:
+        open_ = hit & (drops < srs - 1e-12)
+        if not open_.any():
+            break
+        share = np.minimum(left / open_.sum(), srs - drops)
+        drops[open_] += share[open_]
+        left -= share[open_].sum()
+    return drops
 
 
 def per_seed_values(base: np.ndarray, now: np.ndarray, min_sr: bool) -> np.ndarray:
@@ -199,7 +221,7 @@ def _scenarios(design: Design, profile: Profile) -> list[tuple[str, np.ndarray, 
         above, below = min(design.threshold + 0.1, 1.0), max(design.threshold - 0.1, 0.0)
         return [(f"true SR {above:.2f}", srs - above, PASS), (f"true SR {below:.2f}", srs - below, FAIL)]
     drop = 2 * design.threshold
-    return [("true drop 0", np.zeros(len(srs)), PASS), (f"true drop {drop:g}", np.minimum(drop, srs), FAIL)]
+    return [("true drop 0", np.zeros(len(srs)), PASS), (f"true drop {drop:g}", spread_drop(drop, srs), FAIL)]
 
 
 def start_lines(design: Design, profile: Profile, seeds: int) -> list[str]:

@@ -92,15 +92,17 @@ def chi2_quantile(probability: float, df: int) -> float:
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
-def seed_correlation(seed_means: np.ndarray, srs: np.ndarray, end: str = "upper") -> np.ndarray:
+def seed_correlation(
+    seed_means: np.ndarray, srs: np.ndarray, end: str = "upper", level: float = RHO_LEVEL
+) -> np.ndarray:
     """The rho in ``RHOS`` at one end of what a run's per-seed means allow: the largest whose model
     variance of the per-seed means stays within the upper (``end="upper"``) or lower end (one-sided
-    ``RHO_LEVEL``) of their sample variance. ``seed_means`` (..., seeds), ``srs`` the run's task SRs
-    (..., tasks). The upper end is the conservative reading for the gate's floor: a larger floor,
-    not a smaller one, when the seeds say little."""
+    ``level``) of their sample variance. ``seed_means`` (..., seeds), ``srs`` the run's task SRs
+    (..., tasks). The upper end at ``RHO_LEVEL`` is the conservative reading for the gate's floor: a
+    larger floor, not a smaller one, when the seeds say little."""
     seed_means = np.asarray(seed_means, dtype=float)
     seeds = seed_means.shape[-1]
-    quantile = RHO_LEVEL if end == "upper" else 1 - RHO_LEVEL
+    quantile = level if end == "upper" else 1 - level
     bound = seed_means.var(axis=-1, ddof=1) * (seeds - 1) / chi2_quantile(quantile, seeds - 1)
     model = np.moveaxis(run_variance(np.asarray(srs, dtype=float), RHOS), 0, -1)  # (..., rhos)
     below = model <= bound[..., None]

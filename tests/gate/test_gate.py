@@ -537,8 +537,8 @@ def test_gate_plan_prints_the_budgets_and_runs_no_episode(wide: pytest.Pytester)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "vlaeval gate plan: simulated at the baseline's 12 task SRs (mean *) and seed correlation * to * (what its "
-            "30 seeds allow), the worse end per case",
+            "vlaeval gate plan: simulated at the baseline's 12 task SRs (mean *) and seed correlation * to * (its "
+            "30 seeds' middle half), the worse end per case",
             "| seeds | method | true drop 0 | true drop 0.1 |",
             "| 10 | group-sequential t test | correct *",
             "| 300 | group-sequential t test | correct *",
@@ -553,6 +553,22 @@ def test_gate_plan_prints_the_budgets_and_runs_no_episode(wide: pytest.Pytester)
     assert_one_line_usage_error(
         wide.runpytest(*WIDE, *plan, "--vla-gate-plan-probability=1"), "--vla-gate-plan-probability must be in (0, 1)"
     )
+
+
+def test_the_plan_check_puts_the_plan_beside_what_happens(tmp_path: Path) -> None:
+    """``gate_simulation.py --plan-check --smoke``: one row per case with the plan's numbers and
+    the simulated sessions', and a line naming the most optimistic plan."""
+    out = tmp_path / "plan.json"
+    script = ROOT / "scripts" / "gate_simulation.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--plan-check", "--smoke", "--max-drop=0.1", "--json", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())
+    assert [r["case"] for r in rows] == ["true drop 0", "true drop 0.2"]
+    assert all(0 <= r[k] <= 1 for r in rows for k in ("plan_correct", "correct", "plan_spent", "spent"))
+    assert "most optimistic plan:" in done.stdout
 
 
 def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
