@@ -4,14 +4,16 @@
 A benchmark of coin tasks (``CoinNN-v0``: an episode succeeds when the policy's first action
 component is above 1/2) and a policy that decides each episode by the latent-seed model the
 simulation uses: episode (t, s) succeeds when sqrt(rho) z_s + sqrt(1 - rho) e_ts < Phi^-1(p_t),
-with z_s drawn from the seed (shared by every task and every run) and e_ts from the run's salt,
+with z_s drawn from the seed (shared by every task and both runs) and e_ts from the run's salt,
 the task and the seed. Per correlation: one baseline run, then ``--runs`` sessions at each true
 drop (0 and 2 x max drop, every task's SR lowered by it), each with ``--vla-sequential
 --vla-baseline``. Prints, per case, the plan line's prediction beside what the sessions did:
 correct verdicts and the mean share of the budget spent. Against one baseline, the sessions share
 its luck (its SRs a little above or below the truth move every session's verdict the same way),
-which the plan, an average over baselines, cannot know; ``--baseline-per-session`` gives each
-session its own baseline and compares the mean of the plans with what the sessions did.
+and so do its seeds' difficulties, which the plan, an average over both, cannot know;
+``--baseline-per-session`` gives each session its own baseline and its own seed set (as if on
+another benchmark of the same profile) and compares the mean of the plans with what the sessions
+did.
 
     python scripts/gate_check.py [--tasks 10] [--episodes 50] [--max-drop 0.1] [--rhos 0.1,0.7]
         [--profile high|mid] [--runs 20] [--jobs 2] [--baseline-per-session]
@@ -97,7 +99,8 @@ def normal_draw(*key: object) -> float:
 
 class LatentPolicy:
     """Succeeds or fails each episode as the latent-seed model says, from ``GATE_CHECK_SRS``
-    (comma-separated, one per task in order), ``GATE_CHECK_RHO`` and ``GATE_CHECK_SALT``."""
+    (comma-separated, one per task in order), ``GATE_CHECK_RHO``, ``GATE_CHECK_SALT`` (the run's own
+    noise) and ``GATE_CHECK_WORLD`` (the seeds' difficulties: one benchmark's seed set)."""
 
     chunk_size = 1
 
@@ -105,10 +108,11 @@ class LatentPolicy:
         self.srs = [float(v) for v in os.environ["GATE_CHECK_SRS"].split(",")]
         self.rho = float(os.environ["GATE_CHECK_RHO"])
         self.salt = os.environ["GATE_CHECK_SALT"]
+        self.world = os.environ["GATE_CHECK_WORLD"]
 
     def reset(self, episode: Any) -> None:
         p = min(max(self.srs[int(episode.task[4:6])], 1e-9), 1 - 1e-9)
-        shared = normal_draw("seed", episode.seed)
+        shared = normal_draw("seed", self.world, episode.seed)
         own = normal_draw(self.salt, episode.task, episode.seed)
         latent = np.sqrt(self.rho) * shared + np.sqrt(1 - self.rho) * own
         self.value = 1.0 if latent < NORMAL.inv_cdf(p) else 0.0
@@ -117,13 +121,14 @@ class LatentPolicy:
         return np.full(7, self.value, np.float32)
 
 
-def session(workdir: Path, srs: np.ndarray, rho: float, salt: str, *options: str) -> str:
+def session(workdir: Path, srs: np.ndarray, rho: float, salt: str, world: str, *options: str) -> str:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SCRIPTS), os.environ.get("PYTHONPATH")])),
         "GATE_CHECK_SRS": ",".join(f"{p:.6f}" for p in srs),
         "GATE_CHECK_RHO": str(rho),
         "GATE_CHECK_SALT": salt,
+        "GATE_CHECK_WORLD": world,
     }
     command = [sys.executable, "-m", "pytest", "--benchmark=coin.yaml:coin", "--policy=gate_check:LatentPolicy"]
     command += ["-p", "no:cacheprovider", "-q", "--rootdir", str(workdir), *options]
@@ -183,13 +188,14 @@ def main() -> int:
             baselines = {}
             for b in range(args.runs if args.baseline_per_session else 1):
                 base = workdir / f"base-{rho:g}-{b}"
-                session(workdir, srs, rho, f"baseline-{b}", *common, f"--vla-results={base}")
+                session(workdir, srs, rho, f"baseline-{b}", f"world-{b}", *common, f"--vla-results={base}")
                 (baselines[b],) = base.iterdir()
             for case, change, correct in (("true drop 0", 0.0, "PASS"), (f"true drop {drop:g}", drop, "FAIL")):
                 now = np.clip(srs - change, 0.0, 1.0)
                 futures = []
                 for i in range(args.runs):
-                    baseline = baselines[i if args.baseline_per_session else 0]
+                    b = i if args.baseline_per_session else 0
+                    baseline = baselines[b]
                     gate = [
                         *common,
                         "--vla-sequential",
@@ -197,7 +203,7 @@ def main() -> int:
                         f"--vla-max-drop={args.max_drop}",
                     ]
                     results = f"--vla-results={workdir / f'r-{rho:g}-{change:g}-{i}'}"
-                    futures.append(pool.submit(session, workdir, now, rho, f"run-{i}", *gate, results))
+                    futures.append(pool.submit(session, workdir, now, rho, f"run-{i}", f"world-{b}", *gate, results))
                 runs = [future.result() for future in futures]
                 planned = np.mean([plan_for(stdout, case) for stdout in runs], axis=0)
                 results = [outcome(stdout, args.episodes) for stdout in runs]
