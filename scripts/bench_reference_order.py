@@ -241,6 +241,7 @@ class Collected:
     def __init__(self, with_fresh: bool) -> None:
         self.with_fresh = with_fresh
         self.tasks: dict[str, dict[str, Any]] = {}
+        self.shipped: dict[tuple[str, str], list[Any]] = {}
         self.fresh: dict[tuple[str, str], dict[int, Any]] = {}
 
     def add(self, result: dict[str, Any]) -> str | None:
@@ -248,22 +249,29 @@ class Collected:
         unit: Unit = result["unit"]
         task = self.tasks.setdefault(
             unit.task,
-            {"task": unit.task, "memory_type": result["memory_type"], "backend": result["backend"], "seconds": 0.0,
-             "policies": {}},
-        )  # fmt: skip
+            {"task": unit.task, "memory_type": result["memory_type"], "backend": result["backend"], "seconds": 0.0},
+        )
         task["seconds"] = round(task["seconds"] + result["seconds"], 1)
-        orders = task["policies"].setdefault(unit.policy, {"shipped": None, "fresh": []})
+        key = (unit.task, unit.policy)
+        fresh = self.fresh.setdefault(key, {})
         if unit.order == "shipped":
-            orders["shipped"] = result["episodes"]
+            self.shipped[key] = result["episodes"]
         else:
-            fresh = self.fresh.setdefault((unit.task, unit.policy), {})
             fresh[unit.index] = result["episodes"][0]
-            orders["fresh"] = [fresh[i] for i in sorted(fresh)]
-        complete = orders["shipped"] is not None and (not self.with_fresh or len(orders["fresh"]) == unit.seeds)
+        complete = key in self.shipped and (not self.with_fresh or len(fresh) == unit.seeds)
         return unit.policy if complete else None
 
     def results(self) -> list[dict[str, Any]]:
-        return list(self.tasks.values())
+        return [
+            {**task, "policies": {
+                policy: {"shipped": self.shipped.get((name, policy)), "fresh": [f[i] for i in sorted(f)]}
+                for (of, policy), f in self.fresh.items() if of == name
+            }}
+            for name, task in self.tasks.items()
+        ]  # fmt: skip
+
+    def result(self, task: str) -> dict[str, Any]:
+        return next(r for r in self.results() if r["task"] == task)
 
 
 def row(result: dict[str, Any], policy: str) -> str:
@@ -322,7 +330,7 @@ def main() -> int:
             if args.json:
                 Path(args.json).write_text(json.dumps(collected.results()))
             if policy and not args.shipped_only:
-                print(row(collected.tasks[result["unit"].task], policy), flush=True)
+                print(row(collected.result(result["unit"].task), policy), flush=True)
     results = collected.results()
     if args.shipped_only:
         return 0

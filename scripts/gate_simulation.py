@@ -31,7 +31,6 @@ import json
 import math
 import time
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 
@@ -58,7 +57,6 @@ RHOS = (0.0, 0.3, 0.6, 0.8)
 PROFILES = ("mid", "extreme", "high")
 PLAN_TASKS = (1, 3, 10, 38)
 PLAN_RHOS = (0.0, 0.2, 0.4, 0.6, 0.8)
-NORMAL = NormalDist()
 METHODS = ("betting", "t_test", "auto", "fixed")
 
 
@@ -203,21 +201,6 @@ def coverage(rng: np.random.Generator, reps: int, seeds_list, rhos, profiles) ->
     return rows
 
 
-def shared_seed_runs(
-    rng: np.random.Generator, rates: np.ndarray, drops: np.ndarray, rho: float, seeds: int, runs: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """One baseline run, shape (tasks, seeds), and ``runs`` current runs, (runs, tasks, seeds), on
-    the same seeds (the same latent difficulties), as a CI job meets them: one committed baseline,
-    then run after run against it."""
-    latent = math.sqrt(rho) * rng.standard_normal(seeds)
-    noise = math.sqrt(1 - rho)
-    thresholds = np.array([NORMAL.inv_cdf(min(max(p, 1e-9), 1 - 1e-9)) for p in rates])[:, None]
-    now_thresholds = np.array([NORMAL.inv_cdf(min(max(p, 1e-9), 1 - 1e-9)) for p in rates - drops])[:, None]
-    base = latent + noise * rng.standard_normal((len(rates), seeds)) < thresholds
-    now = latent + noise * rng.standard_normal((runs, len(rates), seeds)) < now_thresholds
-    return base, now
-
-
 def plan_check(
     rng: np.random.Generator, tasks_list, rhos, profiles, seeds: int, md: float, alpha: float, baselines: int, runs: int
 ) -> list[dict]:
@@ -231,11 +214,11 @@ def plan_check(
             drops = task_drops(drop, rates, False)
             predicted, realised = [], []
             for _ in range(baselines):
-                base, now = shared_seed_runs(rng, rates, drops, rho, seeds, runs)
+                (base,), now = plan.outcomes(rng, rates, drops, rho, seeds, runs, shared_baseline=True)
                 baseline = Baseline(Path("."), {f"t{t}": dict(enumerate(row.tolist())) for t, row in enumerate(base)})
                 design = plan.Design(baseline.method(seeds, md), alpha, BLOCK, md)
                 chances = plan.chance_of_deciding(design, plan.baseline_profile(baseline, seeds), seeds)
-                predicted.append(next(v for k, v in chances.items() if k == label))
+                predicted.append(chances[label])
                 verdicts, spent = plan.run(base.mean(axis=0) - now.mean(axis=1), design)
                 realised.append((float(np.mean(verdicts == correct)), float(spent.mean())))
             plan_correct, plan_spent = np.mean(predicted, axis=0)

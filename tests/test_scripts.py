@@ -189,6 +189,16 @@ def test_gpu_check_without_a_gpu_runs_every_cpu_row(tmp_path: Path) -> None:
     assert all(row[2].strip() != "skipped" for row in rows if row[0].strip() == "6 libero"), "LIBERO is installed here"
 
 
+def test_gpu_check_runs_another_script_after_the_same_setup(tmp_path: Path) -> None:
+    """``--script`` runs the given script in gpu_bench.py's place; with ``VLAEVAL_ASSET_DIR`` the
+    setup installs (or finds) the wheels' missing data files first, with the installed package."""
+    env = {"VLAEVAL_ASSET_DIR": str(tmp_path), "VLAEVAL_GPU_CACHE": str(tmp_path / "no-cache")}
+    proc = run_script("gpu_check.sh", "--script", "scripts/bench_collection.py", "--smoke", timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("exit 0: 76 items hold ")
+    assert re.search(r"^lamp_mesh: ", proc.stderr, re.M), proc.stderr[-3000:]
+
+
 @pytest.mark.mikasa
 def test_bench_reference_order_smoke_prints_a_row_per_task_and_the_flip_count() -> None:
     """One task, 2 seeds, the observed policy, the shipped order against fresh envs: the task's row

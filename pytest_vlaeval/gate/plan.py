@@ -21,13 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_vlaeval.gate.seed_model import RHOS, seed_correlation
-from pytest_vlaeval.gate.sequential import BETTING, MIN_SEEDS, Method, running_bounds
+from pytest_vlaeval.gate.seed_model import MIN_SEED_MEANS, seed_correlation, thresholds
+from pytest_vlaeval.gate.sequential import BETTING, Method, running_bounds
 from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min_sr_verdict
 
 if TYPE_CHECKING:
@@ -76,12 +75,11 @@ def baseline_profile(baseline: Baseline, seeds: int) -> Profile:
     1) and both ends of its seed correlation."""
     srs = np.asarray(baseline.srs())
     means = np.asarray(baseline.seed_means())
-    if len(means) >= MIN_SEEDS:
-        low, high = (float(seed_correlation(means, srs, end, PLAN_RHO_LEVEL)) for end in ("lower", "upper"))
+    low, high = (float(seed_correlation(means, srs, end, PLAN_RHO_LEVEL)) for end in ("lower", "upper"))
+    if len(means) >= MIN_SEED_MEANS:
         known = f"seed correlation {low:.2f} to {high:.2f} (its {len(means)} seeds' middle half)"
     else:
-        low, high = 0.0, float(RHOS[-1])
-        known = f"seed correlation anywhere in 0 to {high:.2f} (its {len(means)} seeds say too little)"
+        known = f"seed correlation anywhere in {low:g} to {high:.2f} (its {len(means)} seeds say too little)"
     smoothed = (srs * seeds + 1) / (seeds + 2)
     assumed = f"the baseline's {len(srs)} task SRs (mean {srs.mean():.2f}) and {known}, the worse end per case"
     return Profile(tuple(smoothed.tolist()), (low, high), assumed)
@@ -96,22 +94,25 @@ def min_sr_profile(tasks: int) -> Profile:
 
 
 def outcomes(
-    rng: np.random.Generator, rates: Sequence[float], drops: Sequence[float], rho: float, seeds: int, reps: int
+    rng: np.random.Generator,
+    rates: Sequence[float],
+    drops: Sequence[float],
+    rho: float,
+    seeds: int,
+    reps: int,
+    shared_baseline: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Baseline and current outcomes, shape (reps, tasks, seeds), sharing each seed's latent;
-    task t's SR drops by ``drops[t]`` (clipped to [0, 1])."""
-    normal = NormalDist()
-
-    def thresholds(values: np.ndarray) -> np.ndarray:
-        clipped = np.clip(values, 1e-9, 1 - 1e-9)
-        return np.array([normal.inv_cdf(p) for p in clipped])[None, :, None]
-
+    task t's SR drops by ``drops[t]`` (clipped to [0, 1]). With ``shared_baseline``, one baseline
+    (shape (1, tasks, seeds)) and ``reps`` current runs on its seeds, as a CI job meets them: one
+    committed baseline, then run after run against it."""
     rates = np.asarray(rates, dtype=float)
-    latent = math.sqrt(rho) * rng.standard_normal((reps, 1, seeds))
-    shape = (reps, len(rates), seeds)
+    baselines = 1 if shared_baseline else reps
+    latent = math.sqrt(rho) * rng.standard_normal((baselines, 1, seeds))
     noise = math.sqrt(1 - rho)
-    base = latent + noise * rng.standard_normal(shape) < thresholds(rates)
-    now = latent + noise * rng.standard_normal(shape) < thresholds(rates - np.asarray(drops, dtype=float))
+    base = latent + noise * rng.standard_normal((baselines, len(rates), seeds)) < thresholds(rates)[None, :, None]
+    now_levels = thresholds(rates - np.asarray(drops, dtype=float))[None, :, None]
+    now = latent + noise * rng.standard_normal((reps, len(rates), seeds)) < now_levels
     return base, now
 
 

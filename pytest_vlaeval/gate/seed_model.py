@@ -33,6 +33,8 @@ RHOS = np.linspace(0.0, 0.95, 39)
 """The correlations ``seed_correlation`` chooses from (steps of 0.025)."""
 RHO_LEVEL = 0.1
 """One-sided level of the sample variance's upper end, from which rho is read."""
+MIN_SEED_MEANS = 10
+"""Fewer per-seed means say too little: ``seed_correlation`` then answers the end of ``RHOS``."""
 _NORMAL = NormalDist()
 
 
@@ -46,8 +48,9 @@ def normal_cdf(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.sign(x) * erf)
 
 
-def _thresholds(srs: np.ndarray) -> np.ndarray:
-    clipped = np.clip(srs, 1e-6, 1 - 1e-6)
+def thresholds(srs: np.ndarray) -> np.ndarray:
+    """Phi^-1 of each SR, cut just inside (0, 1): the latent level below which an episode succeeds."""
+    clipped = np.clip(np.asarray(srs, dtype=float), 1e-9, 1 - 1e-9)
     return np.vectorize(_NORMAL.inv_cdf)(clipped) if clipped.size else clipped
 
 
@@ -55,9 +58,9 @@ def conditional_rates(srs: np.ndarray, rho: np.ndarray) -> np.ndarray:
     """q_t(z) at the quadrature nodes: shape (*rho.shape, *srs.shape[:-1], nodes, tasks) for
     ``srs`` of shape (..., tasks) and ``rho`` of any shape."""
     rho = np.asarray(rho, dtype=float)[(...,) + (None,) * (np.ndim(srs) + 1)]
-    thresholds = _thresholds(np.asarray(srs, dtype=float))[..., None, :]
+    levels = thresholds(srs)[..., None, :]
     z = _NODES[:, None]
-    return normal_cdf((thresholds - np.sqrt(rho) * z) / np.sqrt(1.0 - rho))
+    return normal_cdf((levels - np.sqrt(rho) * z) / np.sqrt(1.0 - rho))
 
 
 def _moments(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,9 +102,12 @@ def seed_correlation(
     variance of the per-seed means stays within the upper (``end="upper"``) or lower end (one-sided
     ``level``) of their sample variance. ``seed_means`` (..., seeds), ``srs`` the run's task SRs
     (..., tasks). The upper end at ``RHO_LEVEL`` is the conservative reading for the gate's floor: a
-    larger floor, not a smaller one, when the seeds say little."""
+    larger floor, not a smaller one, when the seeds say little; with fewer than ``MIN_SEED_MEANS``
+    seeds, the end of ``RHOS`` on that side."""
     seed_means = np.asarray(seed_means, dtype=float)
     seeds = seed_means.shape[-1]
+    if seeds < MIN_SEED_MEANS:
+        return np.full(seed_means.shape[:-1], RHOS[-1] if end == "upper" else RHOS[0])
     quantile = level if end == "upper" else 1 - level
     bound = seed_means.var(axis=-1, ddof=1) * (seeds - 1) / chi2_quantile(quantile, seeds - 1)
     model = np.moveaxis(run_variance(np.asarray(srs, dtype=float), RHOS), 0, -1)  # (..., rhos)

@@ -54,7 +54,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from pytest_vlaeval.gate.seed_model import RHOS, boundary_variance, seed_correlation
+from pytest_vlaeval.gate.seed_model import boundary_variance, seed_correlation
 from pytest_vlaeval.gate.stats import t_quantile
 
 GRID = np.linspace(0.0, 1.0, 401)
@@ -154,7 +154,7 @@ def drop_method(srs: Sequence[float], seed_means: Sequence[float], seeds: int, m
         return Method(BETTING, f"{len(srs)} tasks < {MIN_TASKS}")
     if seeds < MIN_SEEDS:
         return Method(BETTING, f"{seeds} seeds < {MIN_SEEDS}")
-    rho = float(seed_correlation(np.asarray(seed_means), np.asarray(srs))) if len(seed_means) >= MIN_SEEDS else RHOS[-1]
+    rho = float(seed_correlation(np.asarray(seed_means), np.asarray(srs)))
     floor = max(variance_floor(srs, seeds), boundary_variance(srs, seeds, max_drop, rho))
     reason = (
         f"{len(srs)} tasks, {seeds} seeds, variance floor at a drop of {max_drop:g} from the baseline's task SRs "

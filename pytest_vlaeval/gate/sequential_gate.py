@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -151,9 +151,12 @@ class SequentialGate:
 
     def design(self, seeds: int) -> Design:
         """This gate at a budget of ``seeds``, for the plan."""
+        return self._design(_method(self.baseline, self.reference_srs, seeds, self.max_drop))
+
+    def _design(self, method: Method) -> Design:
+        """This gate's looks with ``method``, as the simulation runs them."""
         min_sr = self.settings.min_sr
         threshold = self.max_drop if min_sr is None else min_sr
-        method = _method(self.baseline, self.reference_srs, seeds, self.max_drop)
         return Design(method, self.settings.alpha, self.settings.block, threshold, min_sr is not None)
 
     def profile(self, seeds: int) -> Profile:
@@ -225,7 +228,9 @@ class SequentialGate:
             lower, upper = self._bounds(drops, self.method, (-1.0, 1.0))
             verdict = str(drop_verdict(lower, upper, self.max_drop))
             chance = self._chance(drops, self.method) if verdict == UNDECIDED else None
-            return Look(block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict, self.method, (), chance)
+            return Look(
+                block, len(sums), 0.0 + float(np.mean(drops)), (lower, upper), verdict, self.method, chance=chance
+            )
         missing = tuple(t for t in self.task_ids if not current.get(t))
         seeds = [] if missing else sorted(set.intersection(*(set(current[t]) for t in self.task_ids)))
         if not seeds:
@@ -236,7 +241,7 @@ class SequentialGate:
         lower, upper = self._bounds(means, method, (0.0, 1.0))
         verdict = str(min_sr_verdict(lower, upper, self.settings.min_sr))
         chance = self._chance(means, method) if verdict == UNDECIDED else None
-        return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict, method, (), chance)
+        return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict, method, chance=chance)
 
     def _bounds(self, values: list[float], method: Method, value_range: tuple[float, float]) -> tuple[float, float]:
         lower, upper = running_bounds(np.asarray(values), method, self.settings.alpha, self.planned_looks, value_range)
@@ -253,17 +258,17 @@ class SequentialGate:
         rng = np.random.default_rng(len(values))
         so_far = np.asarray(values, dtype=float)
         paths = np.concatenate([np.tile(so_far, (CHANCE_PATHS, 1)), rng.choice(so_far, (CHANCE_PATHS, rest))], axis=1)
-        verdicts, _ = run(paths, replace(self.design(self.seeds), method=method))
+        verdicts, _ = run(paths, self._design(method))
         return float(np.mean(verdicts != UNDECIDED))
 
     def look_line(self, look: Look) -> str:
         """A look that left the verdict open with budget to go: where it stands, and its chance."""
         low, high = look.interval
         what = "drop" if self.settings.min_sr is None else "split SR"
-        chance = "?" if look.chance is None else f"{look.chance:.0%}"
+        assert look.chance is not None, "only a look with budget to go has a chance to report"
         return (
             f"{VERDICT_PREFIX} look {look.block + 1} at {look.seeds} seeds: {what} {look.estimate:+.3f} "
-            f"[{low:+.3f}, {high:+.3f}], undecided; about {chance} likely to decide by {self.seeds} seeds, "
+            f"[{low:+.3f}, {high:+.3f}], undecided; about {look.chance:.0%} likely to decide by {self.seeds} seeds, "
             "judged from the seeds so far"
         )
 
