@@ -250,6 +250,9 @@ def _run_session(args: list[str], env: dict[str, str]) -> tuple[int, str]:
 def _one_line(output: str, exit_code: int) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR: ")]
+    refused = [line.partition(": error: ")[2] for line in lines if ": error: " in line]
+    if errors and errors[0].startswith("usage: ") and refused:  # pytest's parser refused an option's value
+        return refused[0]
     if errors:
         return errors[0]
     return f"the evaluation session ended with exit code {exit_code}: {lines[-1] if lines else 'no output'}"

@@ -14,7 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "install": ("pytest_vlaeval.install.command", "put a benchmark's simulator stack into this Python and check it"),
     "install-assets": ("pytest_vlaeval.install.assets_command", "install the data files a benchmark's wheel lacks"),
     "serve": ("pytest_vlaeval.serving.command", "serve one policy to many episodes over websockets"),
-    "merge": ("pytest_vlaeval.results.merge", "merge run directories (shards) into one run"),
+    "merge": ("pytest_vlaeval.merge", "merge run directories (shards) into one run"),
+    "slurm": ("pytest_vlaeval.slurm", "run an evaluation as a Slurm job array of shards, then merge it"),
     "compare": ("pytest_vlaeval.report.compare", "compare runs (e.g. checkpoints) side by side, paired by seed"),
 }
 """Subcommand name -> (module with ``configure`` and ``run``, one line of help)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -17,18 +16,24 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_vlaeval import termination
+from pytest_vlaeval.distribute.indexed import AUTO, shard_from_environment
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
-from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard
+from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.distribute.blocks import SequentialBlocks
     from pytest_vlaeval.gate.fixed import FixedGate
     from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
     from pytest_vlaeval.policy.loading import LocalPolicy, PolicySpec
     from pytest_vlaeval.results.latest import LatestRecords
     from pytest_vlaeval.results.store import RunStore
+
+RUN_CONTEXT = pytest.StashKey[RunContext]()
+"""The session's ``RunContext`` on ``config.stash``, for tools that drive a session (``vlaeval slurm``
+reads the run directory a command line names from a collect-only session)."""
 
 THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
@@ -46,7 +51,8 @@ def start(config: pytest.Config) -> None:
     try:
         run = _run_context(config)
         worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
-        if worker_plan is not None:  # the controller chose; every worker runs the same list
+        on_worker = worker_plan is not None  # this process's role, decided here once
+        if on_worker:  # the controller chose; every worker runs the same list
             run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
         else:
             store = RunStore(run.run_dir, run.store_label)
@@ -54,6 +60,7 @@ def start(config: pytest.Config) -> None:
             run = _plan(run, latest)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.stash[RUN_CONTEXT] = run
     from pytest_vlaeval.distribute.cpu_share import share_cpu_threads
     from pytest_vlaeval.episodes.deadline import keep_session_stderr
 
@@ -63,14 +70,14 @@ def start(config: pytest.Config) -> None:
     _register_markers(config, run.selection)
     for noise in THIRD_PARTY_WARNINGS:
         config.addinivalue_line("filterwarnings", noise)
-    controller = worker_plan is None and not config.option.collectonly
+    controller = not on_worker and not config.option.collectonly
     gate, served = _prepare_controller(config, run, store) if controller else (None, None)
-    _register_episodes(config, run, _policy_to_run(config, run, served))
+    _register_episodes(config, run, _policy_to_run(config, run, served), on_worker)
     if controller:
         _register_controller(config, run, store, latest, gate)
 
 
-def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpec) -> None:
+def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpec, on_worker: bool) -> None:
     from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
     from pytest_vlaeval.episodes.runner import EpisodeRunner
 
@@ -83,7 +90,8 @@ def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpe
         run.lockstep,
         run.reference_order,
     )
-    plan = Plan(run.selection, run.episodes, runner, run.retries, run.subset_note, run.sequential)
+    note = None if on_worker else run.subset_note  # said once, by the process the user watches
+    plan = Plan(run.selection, run.episodes, runner, run.retries, note, run.sequential)
     config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
 
@@ -98,6 +106,20 @@ def _policy_to_run(config: pytest.Config, run: RunContext, served_here: str | No
 
     served = served_here or getattr(config, "workerinput", {}).get(SERVED_URL_KEY)
     return parse_policy(served) if served else run.policy
+
+
+def _sequential_blocks(gate: SequentialGate) -> SequentialBlocks:
+    """What the affinity scheduler needs of the sequential gate: an episode's block by node id,
+    and whether to stop sending."""
+    from pytest_vlaeval.distribute.blocks import SequentialBlocks
+    from pytest_vlaeval.episodes.nodeid import parse_nodeid
+    from pytest_vlaeval.gate.verdict import UNDECIDED
+
+    def block_of(nodeid: str) -> int:
+        key = parse_nodeid(nodeid)
+        return gate.block_of_seed(key[1]) if key else 0
+
+    return SequentialBlocks(block_of, lambda: gate.outcome != UNDECIDED)
 
 
 def _prepare_controller(
@@ -118,7 +140,7 @@ def _prepare_controller(
         scheduler.install(
             config,
             run.selection,
-            sequential.scheduling() if sequential else None,
+            _sequential_blocks(sequential) if sequential else None,
             run.lockstep,
             whole_tasks=run.reference_order,
         )
@@ -172,13 +194,15 @@ def _register_controller(
     latest: LatestRecords,
     gate: FixedGate | SequentialGate | None,
 ) -> None:
+    from pytest_vlaeval.controller import pytest_html_extras
     from pytest_vlaeval.controller.plugin import ResultsController
-    from pytest_vlaeval.report import pytest_html_extras
 
     controller = ResultsController(run, store, latest, gate)
     config.pluginmanager.register(controller, "vlaeval-controller")
     if pytest_html_extras.wanted(config):
-        config.pluginmanager.register(pytest_html_extras.PytestHtmlExtras(controller, Path(config.option.htmlpath)))
+        config.pluginmanager.register(
+            pytest_html_extras.PytestHtmlExtras(controller.writer, Path(config.option.htmlpath))
+        )
     if not config.getoption("vla_failure_details"):
         from pytest_vlaeval.controller.failures import FailedEpisodeSections
 
@@ -190,8 +214,13 @@ def _plan(run: RunContext, records: LatestRecords) -> RunContext:
     from pytest_vlaeval.results.subset import shard, still_to_run
 
     universe = run.selection.episode_ids
-    chosen = shard(run.selection, *run.shard) if run.shard else universe
-    notes = [f"shard {run.shard[0]}/{run.shard[1]}: {len(chosen)} of {len(universe)} episodes"] if run.shard else []
+    listed = list(run.episode_list) if run.episode_list is not None else None
+    chosen = shard(run.selection, *run.shard, listed) if run.shard else listed if listed is not None else universe
+    notes = [f"--vla-episode-list: {len(listed)} of {len(universe)} episodes"] if listed is not None else []
+    if run.shard:
+        notes.append(
+            f"shard {run.shard[0]}/{run.shard[1]}: {len(chosen)} of {len(universe if listed is None else listed)} episodes"
+        )
     if run.rerun:
         before = len(chosen)
         chosen = still_to_run(chosen, records, run.rerun)
@@ -207,7 +236,6 @@ def _plan(run: RunContext, records: LatestRecords) -> RunContext:
 def _run_context(config: pytest.Config) -> RunContext:
     from pytest_vlaeval.results.store import run_dir_name
 
-    _check_numeric_options(config)
     benchmark, split = resolve_benchmark(config.getoption("benchmark"))
     tasks = config.getoption("vla_tasks")
     selection = select(
@@ -235,7 +263,16 @@ def _run_context(config: pytest.Config) -> RunContext:
             )
         rerun = "missing"
     shard_arg = config.getoption("vla_shard")
+    from_scheduler = shard_arg == AUTO
     baseline = config.getoption("vla_baseline")
+    listed = config.getoption("vla_episode_list")
+    if from_scheduler:
+        shard_arg = shard_from_environment(os.environ)
+        if baseline and not config.getoption("vla_sequential"):
+            raise SpecError(
+                "--vla-baseline judges a whole run; a shard of an array (--vla-shard=auto) sees part of it: "
+                "give the baseline to the merge (vlaeval merge RUN_DIR --baseline DIR)"
+            )
     retries = config.getoption("vla_retries")
     video = config.getoption("vla_video")
     lockstep = config.getoption("vla_lockstep") or 1
@@ -257,6 +294,8 @@ def _run_context(config: pytest.Config) -> RunContext:
         results_root / run_name,
         retries=retries,
         shard=parse_shard(shard_arg) if shard_arg else None,
+        merged_later=from_scheduler,
+        episode_list=tuple(read_episode_list(Path(listed), selection)) if listed else None,
         rerun=rerun,
         baseline=Path(baseline) if baseline else None,
         max_drop=config.getoption("vla_max_drop"),
@@ -278,6 +317,7 @@ def _check_reference_order(config: pytest.Config, lockstep: int, rerun: str | No
     conflicts = [
         ("--vla-resume" if config.getoption("vla_resume") else f"--vla-rerun={rerun}", rerun),
         ("--vla-shard", shard),
+        ("--vla-episode-list", config.getoption("vla_episode_list")),
         ("--lf", config.getoption("lf", False)),
         ("--ff", config.getoption("failedfirst", False)),
         ("--vla-sequential", config.getoption("vla_sequential")),
@@ -290,35 +330,6 @@ def _check_reference_order(config: pytest.Config, lockstep: int, rerun: str | No
             f"--vla-reference-order runs each task's seeds in order in one env, from its first; {named[0]} would "
             f"break that sequence"
         )
-
-
-def _check_range(
-    name: str, value: float | None, low: float | None = None, high: float | None = None, *, open_ends: str = ""
-) -> None:
-    """Refuse ``value`` outside [low, high] (``open_ends`` "low"/"high"/"both" excludes that bound; a
-    missing bound is unbounded) or not finite; None (option not given) passes."""
-    if value is None:
-        return
-    below = low is not None and (value <= low if open_ends in ("low", "both") else value < low)
-    above = high is not None and (value >= high if open_ends in ("high", "both") else value > high)
-    if below or above or not math.isfinite(value):
-        left = "(" if open_ends in ("low", "both") or low is None else "["
-        right = ")" if open_ends in ("high", "both") or high is None else "]"
-        bounds = f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
-        raise SpecError(f"{name} must be in {bounds}, got {value:g}")
-
-
-def _check_numeric_options(config: pytest.Config) -> None:
-    """Every numeric option, checked before anything runs: one table, one line per bad value
-    (``--episodes`` is checked where the selection is made, ``--vla-shard`` where it is parsed)."""
-    _check_range("--vla-timeout", config.getoption("vla_timeout"), 0, None, open_ends="low")
-    _check_range("--vla-retries", config.getoption("vla_retries"), 0)
-    _check_range("--vla-lockstep", config.getoption("vla_lockstep"), 1)
-    _check_range("--vla-max-drop", config.getoption("vla_max_drop"), 0, 1)
-    _check_range("--vla-gate-alpha", config.getoption("vla_gate_alpha"), 0, 1, open_ends="both")
-    _check_range("--vla-gate-plan-probability", config.getoption("vla_gate_plan_probability"), 0, 1, open_ends="both")
-    _check_range("--vla-start-seed", config.getoption("vla_start_seed"), 0)
-    _check_range("--vla-undecided-exit", config.getoption("vla_undecided_exit"), 0, 255)
 
 
 def _sequential(config: pytest.Config) -> SequentialSettings | None:

@@ -9,7 +9,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class SpecError(Exception):
@@ -71,3 +74,19 @@ class EpisodeFailed(AssertionError):
 
 class EnvCloseWarning(UserWarning):
     """An env raised while being closed: its episodes are over and counted; no episode is charged."""
+
+
+def env_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call into the env; an unexpected exception becomes ``EnvError`` naming the call."""
+    return blame(EnvError, "env", fn, *args, **kwargs)
+
+
+def blame(error: type[EpisodeError], owner: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call ``fn``; an unexpected exception becomes ``error`` naming who raised it, ``SystemExit``
+    too (a policy or env calling ``sys.exit`` has failed, not ended the session)."""
+    try:
+        return fn(*args, **kwargs)
+    except EpisodeError:
+        raise
+    except (Exception, SystemExit) as exc:
+        raise error(f"{owner}.{fn.__name__} raised {type(exc).__name__}: {exc}") from exc

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vlaeval.choices import LIVE_MODES, RENDER_BACKENDS, VIDEO_MODES
+from pytest_vlaeval.choices import LIVE_MODES, RENDER_BACKENDS, VIDEO_MODES, in_range
 
 DEFAULT_RESULTS = "results"
 
@@ -40,7 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "shared by all xdist workers and batched across their episodes",
     )
     group.addoption("--episodes", type=int, metavar="N", help="episodes per task [the benchmark's protocol]")
-    group.addoption("--vla-start-seed", type=int, metavar="SEED", help="episode i's seed is SEED+i [the benchmark's]")
+    group.addoption(
+        "--vla-start-seed", type=in_range(int, 0), metavar="SEED", help="episode i's seed is SEED+i [the benchmark's]"
+    )
     group.addoption("--vla-tasks", metavar="IDS", help="comma-separated env ids to evaluate (within the split)")
     group.addoption("--vla-results", metavar="DIR", help=f"output root; each run writes DIR/<run>/ [{DEFAULT_RESULTS}]")
     group.addoption(
@@ -77,7 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--vla-lockstep",
-        type=int,
+        type=in_range(int, 1),
         metavar="K",
         help="run K episodes of a task in lockstep in one worker, one batched policy call per step for all of "
         "them (a policy's act_batch, else one instance per episode); one simulator of num_envs=K where the "
@@ -85,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--vla-timeout",
-        type=float,
+        type=in_range(float, 0, open_ends="low"),
         metavar="SECONDS",
         help="per-episode limit (policy construction + env build + episode): past it the episode is an error "
         "and, under xdist, a worker stuck in native code is replaced; a serial run cannot be rescued from a "
@@ -122,9 +124,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     results.addoption(
         "--vla-resume", action="store_true", help="skip episodes already recorded (= --vla-rerun=missing)"
     )
-    results.addoption("--vla-shard", metavar="I/N", help="run shard I of N (deterministic, balanced by expected steps)")
     results.addoption(
-        "--vla-retries", type=int, default=0, metavar="N", help="retry a crashed or errored episode N times [0]"
+        "--vla-shard",
+        metavar="I/N",
+        help="run shard I of N (deterministic, balanced by expected steps); auto: from a Slurm job array, a "
+        "Kubernetes Indexed Job or VLAEVAL_SHARD=I/N, each shard writing only its episode log for "
+        "`vlaeval merge` to summarise",
+    )
+    results.addoption(
+        "--vla-episode-list",
+        metavar="FILE",
+        help="run only these episodes: a JSON list of [task, seed] pairs of the selection (with --vla-shard, "
+        "the list is what is sharded)",
+    )
+    results.addoption(
+        "--vla-retries",
+        type=in_range(int, 0),
+        default=0,
+        metavar="N",
+        help="retry a crashed or errored episode N times [0]",
     )
     results.addoption(
         "--vla-baseline",
@@ -133,14 +151,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     results.addoption(
         "--vla-max-drop",
-        type=float,
+        type=in_range(float, 0, 1),
         default=0.05,
         metavar="X",
         help="largest allowed split-SR drop vs the baseline [0.05]",
     )
     results.addoption(
         "--vla-gate-alpha",
-        type=float,
+        type=in_range(float, 0, 1, open_ends="both"),
         default=0.05,
         metavar="A",
         help="the gate's error rate: FAIL only when the drop is above --vla-max-drop at this level, PASS "
@@ -161,7 +179,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     results.addoption("--vla-block", type=int, metavar="N", help="seeds per block of the sequential gate [5]")
     results.addoption(
         "--vla-undecided-exit",
-        type=int,
+        type=in_range(int, 0, 255),
         default=7,
         metavar="CODE",
         help="exit status when the gate cannot decide: the budget (--episodes) ran out or is too small [7]",
@@ -174,7 +192,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     results.addoption(
         "--vla-gate-plan-probability",
-        type=float,
+        type=in_range(float, 0, 1, open_ends="both"),
         default=0.8,
         metavar="P",
         help="with --vla-gate-plan: the chance of a correct verdict the recommended budget must reach [0.8]",

@@ -23,6 +23,12 @@ class RunContext:
     run_dir: Path
     retries: int = 0
     shard: tuple[int, int] | None = None
+    merged_later: bool = False
+    """The shard is one task of a scheduler's array (``--vla-shard=auto``): the array's shards share
+    the run directory, each writes only its episode log, and the merge writes the run's files."""
+    episode_list: tuple[tuple[str, int], ...] | None = None
+    """``--vla-episode-list``: the only episodes of the universe this run's sessions may run
+    (``vlaeval slurm --complete`` freezes what is missing into one, for its array to share)."""
     rerun: str | None = None
     baseline: Path | None = None
     max_drop: float = 0.05

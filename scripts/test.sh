@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up, then run the test suite (plugin logic on a fake benchmark, real MIKASA episodes and a few
 # short LIBERO ones).
+# --durations=20: the slowest tests, in every log (CI's included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --libero
 ./scripts/install_browser.sh
-exec .venv/bin/python -m pytest "$@"
+./scripts/install_slurm.sh
+exec .venv/bin/python -m pytest --durations=20 "$@"

@@ -1,11 +1,18 @@
-"""Helpers to read what a run wrote, and where the suite's own files are."""
+"""What more than one test module uses: where the suite's own files are, records to store, policies
+to run, and helpers to read what a run wrote (its records, its HTML pages)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from pytest_vlaeval.results.record import EpisodeRecord
 
 TESTS = Path(__file__).parent
 """The suite's root folder: the fake benchmark and the shared test modules live here."""
@@ -32,8 +39,140 @@ def episode_records(directory: Path) -> dict[tuple[str, int], dict]:
     return records
 
 
+@contextlib.contextmanager
+def environ_restored(*names: str) -> Iterator[None]:
+    """Put the variables ``names`` back as they were, set or not. For code that sets them with
+    ``os.environ.setdefault``: monkeypatch cannot undo that where its ``delenv`` found the variable
+    unset (it records nothing then), and the value would reach every later test and its subprocesses."""
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def assert_one_line_usage_error(result: pytest.RunResult, expected: str) -> None:
-    """The session stopped before any episode with exactly one ``ERROR:`` line containing ``expected``."""
+    """The session stopped before any episode with exactly one ``ERROR:`` line containing ``expected``
+    (an option's value refused as it is parsed: pytest's usage line, then one ``error:`` line)."""
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    if len(errors) == 1 and errors[0].startswith("ERROR: usage: "):
+        errors = [line for line in result.errlines if ": error: " in line]
     assert len(errors) == 1 and expected in errors[0], result.errlines
+
+
+CONFIGURED = """
+import os
+import numpy as np
+
+class Configured:
+    chunk_size = 1
+    config = {"weights": os.environ.get("WEIGHTS")}
+    def reset(self, episode):
+        self.seed = episode.seed
+    def act(self, obs):
+        if str(self.seed) == os.environ.get("FAIL_SEED"):
+            raise RuntimeError("fails this seed")
+        return np.zeros(7)
+"""
+
+
+def usage_error(result: pytest.RunResult) -> str:
+    (line,) = [line for line in result.errlines if line.startswith("ERROR:")]
+    return line
+
+
+def record(task: str, seed: int, outcome: str, time: str = "2026-01-01T00:00:00", **extra) -> EpisodeRecord:
+    success = {"success": True, "failure": False}.get(outcome)
+    return EpisodeRecord(
+        task=task, seed=seed, outcome=outcome, success=success, episode_return=None if success is None else 1.0,
+        length=None if success is None else 5, message="", wall_time=0.1, worker="main", time=time, **extra,
+    )  # fmt: skip
+
+
+class Page(HTMLParser):
+    """What a test reads of a page: task rows, video sources, fetched URLs, ids."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.rows: dict[str, list[dict[str, str | None]]] = {}
+        self.table: str | None = None
+        self.sources: list[str] = []
+        self.urls: list[str] = []
+        self.ids: set[str] = set()
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.add(str(found["id"]))
+        if tag == "table":
+            self.table = found.get("id")
+        if tag == "tr" and "data-name" in found and self.table:
+            self.rows.setdefault(self.table, []).append(found)
+        if tag == "video":
+            self.sources.append(str(found["src"]))
+        for name in ("src", "href"):
+            if found.get(name) and not str(found[name]).startswith("#"):
+                self.urls.append(str(found[name]))
+
+
+def read_page(path: Path) -> Page:
+    return Page(path.read_text(encoding="utf-8"))
+
+
+CHECKPOINTS = """
+import numpy as np
+
+
+class Checkpoint:
+    chunk_size = 1
+    reach = 0.0
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        return np.full(7, self.reach, dtype=np.float32)
+
+
+class Early(Checkpoint):
+    reach = 0.0
+
+
+class Middle(Checkpoint):
+    reach = 0.65  # the fake env's bar is 0.5 + 0.1 * (seed % 5): seeds 100 and 101 succeed
+
+
+class Late(Checkpoint):
+    reach = 1.0
+"""
+
+
+def checkpoint_runs(fake: pytest.Pytester, *names: str, extra: tuple[str, ...] = ()) -> list[Path]:
+    """One run of the fake benchmark's short split per ``CHECKPOINTS`` class named, in order."""
+    fake.makepyfile(checkpoints=CHECKPOINTS)
+    paths = []
+    for name in names:
+        before = set((fake.path / "results").glob("*")) if (fake.path / "results").exists() else set()
+        fake.runpytest("--benchmark=fake.yaml:short", f"--policy=checkpoints:{name}", *extra)
+        (new,) = set((fake.path / "results").glob("*")) - before
+        paths.append(new)
+    return paths
+
+
+def perfect_baseline(run: Path, directory: Path, tasks: tuple[str, ...] = ("Alpha-v0", "Beta-v0")) -> Path:
+    """A baseline in ``directory``: ``run``'s task files with every episode a success."""
+    import json
+
+    directory.mkdir()
+    for env_id in tasks:
+        data = read_json(run / f"{env_id}.json")
+        data["successes"] = [True] * len(data["successes"])
+        data["sr"] = 1.0
+        (directory / f"{env_id}.json").write_text(json.dumps(data))
+    return directory

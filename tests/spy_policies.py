@@ -7,6 +7,21 @@ from typing import ClassVar
 import numpy as np
 
 
+class Slow:
+    """Zero actions, 0.15 s each: episodes long enough to cancel or kill a session midway."""
+
+    chunk_size = 1
+
+    def reset(self, episode) -> None:
+        pass
+
+    def act(self, obs):
+        import time
+
+        time.sleep(0.15)
+        return np.zeros(7)
+
+
 class Spy:
     """Zero actions; remembers which observation keys and instructions it was shown."""
 

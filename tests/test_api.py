@@ -128,7 +128,7 @@ def test_bad_input_raises_the_sessions_own_one_line_error(fake: pytest.Pytester)
         EvaluationError, match=r"cannot serve the policy object: policy\.factory raised ZeroDivisionError"
     ):
         pytest_vlaeval.evaluate(lambda: 1 / 0, "fake.yaml:short")
-    with pytest.raises(EvaluationError, match=r"--vla-retries must be in \[0, inf\), got -1"):
+    with pytest.raises(EvaluationError, match=r"argument --vla-retries: must be in \[0, inf\), got -1"):
         pytest_vlaeval.evaluate("zero", "fake.yaml:short", retries=-1)
     assert not (fake.path / "results").exists() or not any((fake.path / "results").iterdir())
 

@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles (function-level and type-checking imports included) and a light
-entry module."""
+"""The package's shape: every import points down the layers (function-level and type-checking
+imports included), no import cycles, pytest only where a pytest plugin lives, and a light entry
+module."""
 
 from __future__ import annotations
 
@@ -109,6 +110,101 @@ def test_no_import_cycles() -> None:
     assert _cycles(_graph()) == []
 
 
+LAYERS = (
+    ("errors", "importing", "choices", "version", "termination"),
+    ("spec", "spec_file"),
+    ("policy",),
+    ("gate",),
+    ("results",),
+    ("run_context",),
+    ("envs",),
+    ("episodes",),
+    ("distribute",),
+    ("serving",),
+    ("report",),
+    ("controller",),
+    ("install",),
+    ("configure", "api", "merge", "slurm"),
+    ("plugin", "cli", "__main__", ""),
+)
+"""The package's floors, bottom first, by top-level module or folder (``""``: the package's
+``__init__``). The data's path reads upwards: the leaves, a spec, a policy, the gate's maths and the records
+they judge, then envs and episodes on a worker, their scheduling and serving, then what a person
+reads, and the controller and commands that wire it all. See docs/architecture.md."""
+
+UPWARD_ALLOWED = {
+    ("pytest_vlaeval.policy.loading", "pytest_vlaeval.serving"): "a --policy address dispatches to its client, lazily",
+}
+"""Imports that go up a floor on purpose, with why (keyed by module and the floor it reaches)."""
+
+PYTEST_USERS = {
+    "plugin",
+    "configure",
+    "slurm",
+    "controller",
+    "distribute",
+    "episodes.collect",
+    "serving.server.launcher",
+}
+"""Where pytest plugins live (and `slurm`, which reads a run from a collect-only session): only these import pytest; the gate, results, envs, reports and the
+serving stack run without it (``evaluate()`` and ``vlaeval`` commands import them too)."""
+
+
+def _floor(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def _rank(module: str) -> int:
+    floor = _floor(module)
+    return next(rank for rank, names in enumerate(LAYERS) if floor in names)
+
+
+def _leaves(graph: dict[str, set[str]]) -> set[str]:
+    """Modules that import nothing of the package (constants, types, exceptions): a floor of
+    their own below every other, so any module may use them."""
+    return {module for module, edges in graph.items() if not edges}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a floor up to a higher one that is neither of a leaf nor allowed."""
+    leaves = _leaves(graph)
+    return sorted(
+        f"{module} -> {target}"
+        for module, edges in graph.items()
+        for target in edges
+        if target not in leaves
+        and _rank(target) > _rank(module)
+        and (module, f"{NAME}.{_floor(target)}") not in UPWARD_ALLOWED
+    )
+
+
+def test_every_module_sits_on_a_floor() -> None:
+    unplaced = [module for module in _modules() if not any(_floor(module) in names for names in LAYERS)]
+    assert unplaced == []
+
+
+def test_every_import_points_down() -> None:
+    assert upward_imports(_graph()) == []
+
+
+def test_an_upward_import_is_caught() -> None:
+    """The rule can fail: the gate importing the scheduler is reported."""
+    graph = _graph()
+    graph[f"{NAME}.gate.fixed"] = {*graph[f"{NAME}.gate.fixed"], f"{NAME}.distribute.scheduler"}
+    assert upward_imports(graph) == [f"{NAME}.gate.fixed -> {NAME}.distribute.scheduler"]
+
+
+def test_pytest_is_imported_only_where_a_pytest_plugin_lives() -> None:
+    modules = _modules()
+    users = sorted(
+        name
+        for name, path in modules.items()
+        if any(i == "pytest" or i.startswith("pytest.") for i in _imports(name, path))
+        and not any(name == f"{NAME}.{u}" or name.startswith(f"{NAME}.{u}.") for u in PYTEST_USERS)
+    )
+    assert users == []
+
+
 def _third_party(imported: set[str]) -> set[str]:
     top = {name.partition(".")[0] for name in imported}
     return {name for name in top if name not in sys.stdlib_module_names and name not in ("pytest", "__future__", NAME)}
@@ -124,11 +220,12 @@ def test_plugin_imports_only_pytest_and_the_standard_library() -> None:
     ours = {name for name in imported if name.startswith(NAME)}
     leaves = {
         f"{NAME}.choices",
-        *(f"{NAME}.choices.{name}" for name in ("LIVE_MODES", "RENDER_BACKENDS", "VIDEO_MODES")),
+        *(f"{NAME}.choices.{name}" for name in ("LIVE_MODES", "RENDER_BACKENDS", "VIDEO_MODES", "in_range")),
     }
     assert ours <= {f"{NAME}.configure", f"{NAME}.configure.start", *leaves}
     for leaf in (f"{NAME}.choices", f"{NAME}.version"):  # the leaf, and the package's __init__ it runs
-        assert {name for name in _imports(leaf, modules[leaf]) if name != "__future__.annotations"} <= {"__future__"}
+        imported = _imports(leaf, modules[leaf])
+        assert _third_party(imported) == set() and not any(name.startswith(NAME) for name in imported)
     init = _imports(NAME, modules[NAME])
     assert _third_party(init) == set() and {name for name in init if name.startswith(NAME)} <= {
         f"{NAME}.version",

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 PYTHON_SCRIPTS = sorted(path.name for path in SCRIPTS.glob("*.py"))
 SHELL_SCRIPTS = ["evaluate.sh", "gpu_check.sh"]
+SCRIPT = SCRIPTS / "bench_controller.py"
 
 
 def run_script(
@@ -265,3 +266,25 @@ def test_bench_lockstep_smoke_gives_identical_records_in_every_row() -> None:
     ]
     assert all(row.rstrip(" |").endswith("identical") for row in rows)
     assert "every row gives the same success, return and length per episode: yes" in proc.stdout
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/bench_controller.py`` with ``args`` (the plugin's own cost per episode, no simulator)."""
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_help_names_the_options() -> None:
+    done = run("--help")
+    assert done.returncode == 0, done.stderr
+    assert all(option in done.stdout for option in ("--sizes", "--workers", "--where", "--smoke"))
+
+
+def test_smoke_measures_evaluations_beside_a_plain_test() -> None:
+    done = run("--smoke")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("serial")]
+    assert [row[1] for row in rows] == ["8", "16"], done.stdout
+    for row in rows:
+        assert all(float(value) > 0 for value in row[2:6]), row
+        assert row[6].endswith("x") and row[7].endswith("x"), row
+    assert rows[0][7] == "1.00x"  # each size against the first

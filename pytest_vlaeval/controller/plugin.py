@@ -1,5 +1,6 @@
 """Controller side: records arrive on reports, go to the durable store, and come out as the
-canonical JSON (rewritten as each task completes), the gate verdict and the terminal summary.
+run's files (a task's canonical JSON as it completes, the whole set at a bounded rate and at the
+end), the gate verdict and the terminal summary.
 
 Runs only in the controlling process (with xdist, workers report here). Every scheduled
 episode ends up with a record: a worker crash or a harness bug becomes an error record (retried
@@ -10,16 +11,17 @@ session end.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from pytest_vlaeval import termination
+from pytest_vlaeval.controller.gate_run import GateRun
 from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
-from pytest_vlaeval.controller.report import completion_command, render_summary, write_outputs
+from pytest_vlaeval.controller.report import completion_command, render_summary
+from pytest_vlaeval.controller.run_writer import RunWriter
 from pytest_vlaeval.controller.watch import EpisodeWatch, holder, keep_cut_off_workers_down, worker_ender
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
@@ -27,22 +29,11 @@ from pytest_vlaeval.episodes.nodeid import parse_nodeid
 from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, ResultsUnwritable, SpecError, WorkerCrash
 from pytest_vlaeval.gate.fixed import FixedGate
 from pytest_vlaeval.gate.sequential_gate import SequentialGate
-from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED
-from pytest_vlaeval.report.html import write_report
-from pytest_vlaeval.results.canonical import summary, write_canonical
+from pytest_vlaeval.gate.verdict import UNDECIDED
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import EpisodeRecord, error_record
-from pytest_vlaeval.results.rundir import attempt_write
-from pytest_vlaeval.results.schema import Canonical
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
-
-if TYPE_CHECKING:
-    from pytest_vlaeval.gate.fixed import GateResult
-
-JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
-"""Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session
-that selected nothing (``--vla-rerun=errors`` on a complete run) just re-judges the run."""
 
 RERUN_OUTCOME = "rerun"
 """Outcome given to a crashed attempt that will be retried, so pytest counts it apart."""
@@ -65,18 +56,10 @@ class ResultsController:
         self.intake = Intake(store)
         self.refused = False
         self.interrupted = False
-        self.written: Canonical | None = None
-        self.gate: GateResult | SequentialGate | None = None
-        self.chart: Path | None = None
-        self.canonical_unwritten: str | None = None
-        self.report_unwritten: list[str] = []
-        """Why the last write of the canonical files failed (a full disk), None once they are written."""
-        self.unwritten: list[str] = []
-        """A line for each file of the run the disk refused at session end."""
+        self.gate_run = GateRun(gate)
+        self.writer = RunWriter(run, store, latest, self.intake, self.gate_run.baseline)
         self.progress = Progress(None, {}, live=False)  # replaced at session start
         self.watch: EpisodeWatch | None = None  # started at session start
-        self.sequential = gate if isinstance(gate, SequentialGate) else None
-        self.fixed = gate if isinstance(gate, FixedGate) else None
         self.session: pytest.Session | None = None
 
     # -- what was scheduled --------------------------------------------------------------
@@ -92,8 +75,7 @@ class ResultsController:
         episodes = ((nodeid, key) for nodeid in nodeids if (key := parse_nodeid(nodeid)) is not None)
         for task, seed in self.ledger.schedule(episodes):
             self.progress.schedule(task)
-            if self.sequential:
-                self.sequential.schedule(seed)
+            self.gate_run.schedule(seed)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -184,25 +166,14 @@ class ResultsController:
         task_done = self.ledger.settle(nodeid)
         self.progress.settled(self.latest[(task, seed)])
         if task_done:
-            self.write()
-            assert self.written is not None
-            self.progress.task_finished(task, next((r for r in self.written[1] if r["env_id"] == task), None))
-        if self.sequential:
-            looked = len(self.sequential.looks)
-            stop = self.sequential.settle(seed, self.latest)
-            for look in self.sequential.looks[looked:]:
-                if look.chance is not None:
-                    self.progress.notice(self.sequential.look_line(look))
-            if stop and self.session is not None:
-                self._stop_early(self.session)
-
-    def _stop_early(self, session: pytest.Session) -> None:
-        """The sequential gate's verdict is settled: run nothing more (the affinity scheduler
-        reads ``stopped``; a serial session stops after this episode)."""
-        assert self.sequential is not None
-        self.sequential.stopped = True
-        self.sequential.resume_command = completion_command(session.config.invocation_params.args, resume=True)
-        session.shouldstop = f"{self.sequential.outcome}: the sequential gate's verdict is settled"
+            self.progress.task_finished(task, self.writer.task_finished(task, interrupted=self.interrupted))
+        looks, settled = self.gate_run.settle(seed, self.latest.outcomes)
+        for line in looks:
+            self.progress.notice(line)
+        if settled and self.session is not None:
+            # Run nothing more: the affinity scheduler asks the gate; a serial session stops after this episode.
+            resume = completion_command(self.session.config.invocation_params.args, resume=True)
+            self.session.shouldstop = self.gate_run.stop(resume)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -210,9 +181,8 @@ class ResultsController:
         self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
         self.progress.start()
         self.session = session
-        gate = self.fixed or self.sequential
-        if gate is not None and reporter is not None:
-            for line in gate.start_lines():
+        if reporter is not None:
+            for line in self.gate_run.start_lines():
                 reporter.write_line(line, yellow=line.endswith(UNDECIDED), bold=True)
         dsession = session.config.pluginmanager.get_plugin("dsession")
         if dsession is not None:  # workers to watch
@@ -229,7 +199,7 @@ class ResultsController:
     # -- session end -------------------------------------------------------------------------
 
     def pytest_keyboard_interrupt(self) -> None:
-        self.interrupted = not self._stopped_early  # a gate's early stop reaches pytest as an interruption
+        self.interrupted = not self.gate_run.stopped_early  # a gate's early stop reaches pytest as an interruption
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -239,87 +209,34 @@ class ResultsController:
         if self.refused:  # a session refused by the run leaves every file of the run as it found it
             return
         self.session = None  # no early stop once the session is ending
-        stopped = self._stopped_early
+        stopped = self.gate_run.stopped_early
         self.interrupted = not stopped and (
             self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         )
         unreported = self.ledger.unreported()
-        if stopped:
-            assert self.sequential is not None
-            self.sequential.saved = len(unreported)  # not needed for the verdict: neither errors nor lost
-        elif not self.interrupted:
+        if not stopped and not self.interrupted:
             for nodeid in unreported:
                 self._accept(self._error(nodeid, ResultLost("scheduled but no result arrived from any worker")))
                 self._settle(nodeid)
         self.intake.release()  # no episode completed to claim the policy; its errors still count
-        if self.sequential is not None:
-            self.gate = self.sequential
-        elif self.fixed is not None:
-            with self.store.locked():
-                self.latest.catch_up(skip=self.store.log_path)
-            _, per_task = self._summary()
-            self.gate = self.fixed.judge(per_task)
-        if self.gate is not None:
-            session.exitstatus = self._gate_exit_status(session.exitstatus, stopped)
+        self.gate_run.judge(len(unreported), lambda: self.writer.summary(interrupted=self.interrupted)[1])
+        if self.gate_run.verdict is not None:
+            session.exitstatus = self.gate_run.exit_status(
+                session.exitstatus, self.ledger.errored(), self.run.undecided_exit
+            )
         with termination.deferred() as received:  # the run's files are written whole, signal or not
-            self.write()
-            if self.canonical_unwritten is not None and session.exitstatus == pytest.ExitCode.OK:
+            self.writer.write(interrupted=self.interrupted, verdict=self.gate_run.verdict, final=True)
+            if self.writer.files.canonical_refused is not None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # the run's result was not kept
             self.store.close()
-            assert self.written is not None
-            self.chart, unwritten = write_outputs(*self.written, self.gate, self.run)
         if received:
             self.progress.notice(f"vlaeval: {received[0]} received while the run's files were written: they are whole")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
-        self.unwritten = [*filter(None, [self.canonical_unwritten]), *self.report_unwritten, *unwritten]
-
-    @property
-    def _stopped_early(self) -> bool:
-        return self.sequential is not None and self.sequential.stopped
-
-    def _gate_exit_status(self, status: int, stopped: bool) -> int:
-        """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this
-        session errored (an incomplete run never passes), else 0 where the gate judges the run."""
-        assert self.gate is not None
-        if self.gate.outcome == FAIL:
-            return EXIT_GATE_FAILED
-        if self.gate.outcome == UNDECIDED:
-            return self.run.undecided_exit
-        if status not in JUDGED_BY_THE_GATE and not stopped:
-            return status
-        if self.ledger.errored():
-            return pytest.ExitCode.TESTS_FAILED
-        return pytest.ExitCode.OK  # failed episodes are the measurement; the gate judged it
-
-    def _summary(self) -> Canonical:
-        return summary(self.run.selection, self.latest, interrupted=self.interrupted)
-
-    def write(self) -> None:
-        """Materialise the canonical files from the run's latest records, caught up under the
-        run's lock with what concurrent sessions on the same run appended, so the last writer
-        never overwrites newer files with an older view; with the gate's verdict once there is one."""
-        with self.store.locked():
-            self.latest.catch_up(skip=self.store.log_path)
-            body, per_task = self._summary()
-            if self.gate is not None:
-                body["gate"] = self.gate.as_dict()
-            if not self.intake.held:
-                try:
-                    write_canonical(self.store.dir, body, per_task)
-                    self.canonical_unwritten = None
-                except ResultsUnwritable as exc:
-                    self.canonical_unwritten = str(exc)
-                self.report_unwritten = []
-                html = self.store.dir.report_html
-                attempt_write(
-                    html,
-                    lambda: write_report(self.store.dir, body, per_task, self.run.policy_spec),
-                    self.report_unwritten,
-                )
-        self.written = body, per_task
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
-        if self.written is None:
+        written = self.writer.written
+        if written is None:
             return
         args = config.invocation_params.args
-        render_summary(terminalreporter, *self.written, self.run, self.gate, args, self.chart, self.unwritten)
+        verdict, writer = self.gate_run.verdict, self.writer
+        render_summary(terminalreporter, *written, self.run, verdict, args, writer.files.chart, writer.unwritten)

@@ -14,14 +14,16 @@ through a line buffer that prints whole lines above the panel.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from pytest_vlaeval.gate.stats import success_rate
+from pytest_vlaeval.report.page import pct
 from pytest_vlaeval.results.record import ERROR, SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.schema import TaskResult
 
@@ -52,6 +54,12 @@ class Progress:
         self.successes: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.finished: list[str] = []
+        self.total = self.total_done = 0
+        self.left_work = 0
+        """Step units still to run, kept as episodes come and go (the ETA's numerator), so a
+        refresh costs the same at 3,000 tasks as at 3."""
+        self.running: dict[str, None] = {}
+        """Tasks with some but not all of their episodes done, in the order they started."""
         self.stalled: list[str] = []
         """Episodes running far longer than they should (see ``controller/watch.py``)."""
         self._live: Any = None
@@ -62,7 +70,9 @@ class Progress:
     def schedule(self, task: str) -> None:
         if not self.scheduled:  # workers are up: bringing them up is no episode work
             self.work_started = self.clock()
-        self.scheduled[task] += 1
+        with self._changing(task):
+            self.scheduled[task] += 1
+            self.total += 1
 
     def settled(self, record: EpisodeRecord) -> None:
         task = record.task
@@ -73,17 +83,36 @@ class Progress:
             self.completed += 1
         else:
             self.work_done += RESET_STEPS
-        self.done[task] += 1
+        with self._changing(task):
+            self.done[task] += 1
+            self.total_done += 1
         self.successes[task] += record.outcome == SUCCESS
         self.errors[task] += record.outcome == ERROR
         self._refresh()
+
+    @contextlib.contextmanager
+    def _changing(self, task: str) -> Iterator[None]:
+        """Keep the work left and the running tasks current across a change to ``task``'s counts."""
+        self.left_work -= self._left(task)
+        yield
+        self.left_work += self._left(task)
+        if 0 < self.done[task] < self.scheduled[task]:
+            self.running.setdefault(task)
+        else:
+            self.running.pop(task, None)
+
+    def _left(self, task: str) -> int:
+        left = self.scheduled[task] - self.done[task]
+        if left <= 0:
+            return 0
+        return left * (self.steps[task] + RESET_STEPS) + (0 if self.done[task] else BUILD_STEPS)
 
     def task_finished(self, task: str, result: TaskResult | None) -> None:
         self.finished.append(task)
         if self.reporter is None:
             return
         verdict = (
-            f"SR {100 * result['sr']:.1f}% ({result['n_episodes']}/{result['n_expected']}, {result['n_errors']} errors)"
+            f"SR {pct(result['sr'])} ({result['n_episodes']}/{result['n_expected']}, {result['n_errors']} errors)"
             if result
             else "no completed episode"
         )
@@ -147,14 +176,13 @@ class Progress:
         from rich.table import Table
         from rich.text import Text
 
-        total, done = sum(self.scheduled.values()), sum(self.done.values())
+        total, done = self.total, self.total_done
         rows = Table(show_edge=False, box=None, padding=(0, 1))
         for column in ("task", "episodes", "SR so far", "errors"):
             rows.add_column(column, justify="left" if column == "task" else "right")
-        running = [t for t in self.scheduled if 0 < self.done[t] < self.scheduled[t]]
-        for task in running + self.finished[-RECENT_ROWS:]:
+        for task in [*self.running, *self.finished[-RECENT_ROWS:]]:
             completed = self.done[task] - self.errors[task]
-            sr = f"{100 * success_rate(self.successes[task], completed):.1f}%" if completed else "-"
+            sr = pct(success_rate(self.successes[task], completed) if completed else None)
             state = "" if task in self.finished else " (running)"
             rows.add_row(task + state, f"{self.done[task]}/{self.scheduled[task]}", sr, str(self.errors[task] or ""))
         header = Table.grid(expand=True, padding=(0, 1))
@@ -166,7 +194,7 @@ class Progress:
 
     def _overall(self) -> str:
         """Episodes done, elapsed, and the ETA (a range while it rests on few episodes)."""
-        total, done = sum(self.scheduled.values()), sum(self.done.values())
+        total, done = self.total, self.total_done
         elapsed = self.clock() - self.started
         eta = self.eta()
         if not total:
@@ -183,11 +211,7 @@ class Progress:
 
     def eta(self) -> tuple[float, float, float] | None:
         """Seconds left: estimate, low, high; None until an episode has completed."""
-        left_work = sum(
-            (n - self.done[t]) * (self.steps[t] + RESET_STEPS) + (0 if self.done[t] else BUILD_STEPS)
-            for t, n in self.scheduled.items()
-            if n > self.done[t]
-        )
+        left_work = self.left_work
         if not left_work:
             return 0.0, 0.0, 0.0
         if not self.completed:

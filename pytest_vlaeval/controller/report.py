@@ -1,5 +1,5 @@
-"""The run's reports: the terminal summary (per-task, per-split and per-memory-type success
-rates, from ``summary.json``), ``report.md`` and the chart.
+"""The terminal summary (per-task, per-split and per-memory-type success rates, from
+``summary.json``), and the commands that complete a partial run.
 
 The terminal summary is rendered with rich into the terminal reporter (plain text when output is
 not a terminal), so it sits in pytest's own summary section and never interleaves with progress.
@@ -8,19 +8,16 @@ not a terminal), so it sits in pytest's own summary section and never interleave
 from __future__ import annotations
 
 import io
-import os
 import shlex
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.gate.fixed import GateResult
-from pytest_vlaeval.gate.sequential_gate import SequentialGate
-from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED
+from pytest_vlaeval.gate.sequential_gate import SequentialResult
+from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED, Verdict
 from pytest_vlaeval.report.axes import group_rates, summary_axes
-from pytest_vlaeval.results.chart import write_chart
-from pytest_vlaeval.results.rundir import attempt_write
+from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.subset import unfinished_shards
 from pytest_vlaeval.run_context import RunContext
@@ -43,33 +40,12 @@ SEQUENTIAL_WITH_VALUE = ("--vla-min-sr", "--vla-block", "--vla-undecided-exit")
 """The sequential gate's options: a command completing the canonical run after an early stop drops them."""
 
 
-def write_outputs(
-    summary: Summary, per_task: list[TaskResult], gate: GateResult | SequentialGate | None, run: RunContext
-) -> tuple[Path | None, list[str]]:
-    """The run's chart and ``report.md`` (appended to the GitHub step summary in CI): the chart's
-    path, and a line for each output that could not be written. Those are readings of the
-    canonical files, so they never decide the exit status nor hide the table or the verdict."""
-    unwritten: list[str] = []
-    chart = attempt_write(run.dir.chart, lambda: write_chart(summary, per_task, run.dir.chart), unwritten)
-    markdown = markdown_report(summary, per_task, gate, run)
-    attempt_write(run.dir.report, lambda: run.dir.report.write_text(markdown, encoding="utf-8"), unwritten)
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        attempt_write(Path(step_summary), lambda: _append(Path(step_summary), markdown + "\n"), unwritten, ours=False)
-    return chart, unwritten
-
-
-def _append(path: Path, text: str) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(text)
-
-
 def render_summary(
     terminalreporter: Any,
     summary: Summary,
     per_task: list[TaskResult],
     run: RunContext,
-    gate: GateResult | SequentialGate | None,
+    verdict: Verdict | None,
     args: tuple[str, ...],
     chart: Path | None,
     unwritten: Sequence[str] = (),
@@ -80,7 +56,7 @@ def render_summary(
         tr.write(_tables(tr, summary, per_task))
     tr.write_line(
         f"episodes: {summary['n_completed']} completed, {summary['n_errors']} errors, {summary['n_missing']} missing "
-        f"of {summary['n_expected']}; split SR {_pct(summary['sr_split'])}"
+        f"of {summary['n_expected']}; split SR {pct(summary['sr_split'])}"
     )
     for env_id in summary["tasks_without_results"]:
         tr.write_line(f"no completed episode: {env_id}", yellow=True)
@@ -90,14 +66,13 @@ def render_summary(
             yellow=True,
             bold=True,
         )
-    stopped = isinstance(gate, SequentialGate) and gate.stopped
-    if stopped:
+    if isinstance(verdict, SequentialResult) and verdict.stopped:
         tr.write_line(
-            f"the sequential gate stopped early: {gate.saved} episodes not needed (not errors); "
-            f"complete the canonical run with: {gate.resume_command}",
+            f"the sequential gate stopped early: {verdict.saved} episodes not needed (not errors); "
+            f"complete the canonical run with: {verdict.resume_command}",
             bold=True,
         )
-    elif summary["partial"]:
+    elif summary["partial"] and not run.merged_later:
         tr.write_line(
             "partial run: SRs cover completed episodes only (see n_missing / errored_episodes in summary.json)",
             yellow=True,
@@ -106,11 +81,16 @@ def render_summary(
         for line in completion_advice(args, run, per_task):
             tr.write_line(line, bold=True)
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
+    if run.merged_later:
+        tr.write_line(
+            f"this shard wrote its episode log only: the run's files are written by: vlaeval merge {shlex.quote(str(run.run_dir))}"
+        )
     for line in unwritten:
         tr.write_line(f"not written: {line}", yellow=True, bold=True)
-    if gate is not None:
+    if verdict is not None:
+        outcome = verdict.outcome
         tr.write_line(
-            gate.verdict(), green=gate.passed, red=gate.outcome == FAIL, yellow=gate.outcome == UNDECIDED, bold=True
+            verdict.verdict(), green=verdict.passed, red=outcome == FAIL, yellow=outcome == UNDECIDED, bold=True
         )
 
 
@@ -138,7 +118,7 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
             result["env_id"],
             *(str(result[axis.field]) for axis in axes),  # type: ignore[literal-required]
             f"{result['n_episodes']}/{result['n_expected']}",
-            f"{_pct(result['sr'])} {_interval(result['sr_ci95'])}",
+            f"{pct(result['sr'])} {interval(result['sr_ci95'])}",
             f"{result['mean_return']:.3f}",
             str(result["n_errors"] or ""),
         )
@@ -149,7 +129,7 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     rates.add_column("SR [95% CI, seeds as clusters]", justify="right")
     for axis in axes:
         for group, sr, bounds in group_rates(axis, summary):
-            rates.add_row(f"{axis.label} {group}", f"{_pct(sr)} {_interval(bounds)}")
+            rates.add_row(f"{axis.label} {group}", f"{pct(sr)} {interval(bounds)}")
     console.print(rates)
     return buffer.getvalue()
 
@@ -206,61 +186,3 @@ def completion_command(args: tuple[str, ...], *, resume: bool = False) -> str:
         elif arg not in dropped and not arg.startswith(prefixes):
             kept.append(arg)
     return shlex.join(["pytest", *kept, "--vla-resume" if resume else "--vla-rerun=incomplete"])
-
-
-def markdown_report(
-    summary: Summary, per_task: list[TaskResult], gate: GateResult | SequentialGate | None, run: RunContext
-) -> str:
-    """``report.md``: split, memory-type and per-task SR with 95% intervals, and the gate verdict."""
-    lines = [
-        f"## {summary['benchmark']}: {summary['selected_split']} split, policy `{run.policy_spec}`",
-        "",
-        f"Split SR **{_pct(summary['sr_split'])}** {_interval(summary['sr_split_ci95'])} "
-        f"({summary['n_completed']}/{summary['n_expected']} episodes completed, {summary['n_errors']} errors"
-        f"{', partial' if summary['partial'] else ''}).",
-        "",
-    ]
-    if gate is not None:
-        lines += [f"**{gate.verdict()}**", ""]
-    if isinstance(gate, SequentialGate) and gate.stopped:
-        lines += [
-            f"The sequential gate stopped early: {gate.saved} episodes were not needed (not errors). "
-            f"Complete the canonical run with `{gate.resume_command}`.",
-            "",
-        ]
-    axes = summary_axes(summary)
-    lines += ["| group | SR | 95% CI (seeds as clusters) |", "| --- | ---: | --- |"]
-    lines += [
-        f"| {axis.label} {group} | {_pct(sr)} | {_interval(bounds)} |"
-        for axis in axes
-        for group, sr, bounds in group_rates(axis, summary)
-    ]
-    lines += [
-        "",
-        f"| task | {' | '.join(a.label for a in axes)} | episodes | SR | Wilson 95% CI | errors |",
-        f"| --- | {'--- | ' * len(axes)}---: | ---: | --- | ---: |",
-    ]
-    lines += [
-        f"| {r['env_id']} | {' | '.join(str(r[a.field]) for a in axes)} | {r['n_episodes']}/{r['n_expected']} | {_pct(r['sr'])} | {_interval(r['sr_ci95'])} | {r['n_errors']} |"  # type: ignore[literal-required]
-        for r in per_task
-    ]
-    if isinstance(gate, GateResult) and gate.tasks:
-        lines += [
-            "",
-            "| task | baseline SR | SR | drop | paired seeds | McNemar p |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        lines += [
-            f"| {t.env_id} | {_pct(t.baseline_sr)} | {_pct(t.current_sr)} | {t.drop:+.3f} | {t.paired_seeds} | "
-            f"{'-' if t.p_value is None else f'{t.p_value:.4g}'} |"
-            for t in gate.tasks
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _interval(bounds: list[float] | None) -> str:
-    return "" if bounds is None else f"[{100 * bounds[0]:.0f}-{100 * bounds[1]:.0f}]"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"

@@ -150,7 +150,7 @@ class LiberoEnv:
 
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
         """The agent view beside the policy's two cameras (for videos)."""
-        from pytest_vlaeval.episodes.video import compose
+        from pytest_vlaeval.envs.frames import compose
 
         return compose(obs["agentview_image"], obs["agentview_image"], obs["wrist_image"])
 

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from pytest_vlaeval.envs import render
-from pytest_vlaeval.episodes.loop import env_call
-from pytest_vlaeval.errors import AssetMissing, EnvError
+from pytest_vlaeval.errors import AssetMissing, EnvError, env_call
 from pytest_vlaeval.spec import Benchmark, Task
 
 
@@ -50,7 +49,7 @@ class MikasaEnv:
 
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
         """The scene camera's render beside the policy's top and wrist cameras (for videos)."""
-        from pytest_vlaeval.episodes.video import compose
+        from pytest_vlaeval.envs.frames import compose
 
         scene = self.env.unwrapped.render_rgb_array()[0].cpu().numpy()
         cameras = obs["rgb"][0].cpu().numpy()

@@ -26,12 +26,11 @@ from pytest_vlaeval.episodes.loop import (
     Step,
     checked_reset,
     checked_step,
-    env_call,
     instruction_text,
     policy_view,
     step_limit,
 )
-from pytest_vlaeval.errors import EnvError, EpisodeError, EpisodeTimeout
+from pytest_vlaeval.errors import EnvError, EpisodeError, EpisodeTimeout, env_call
 from pytest_vlaeval.policy.batched import BatchEpisode, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
 

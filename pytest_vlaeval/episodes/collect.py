@@ -139,7 +139,7 @@ class BenchmarkCollection:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if self.plan.note and reporter is not None and not hasattr(session.config, "workerinput"):
+        if self.plan.note and reporter is not None:
             reporter.write_line(self.plan.note, bold=True)
 
     def pytest_ignore_collect(self, collection_path: Path) -> bool:

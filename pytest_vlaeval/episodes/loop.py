@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pytest_vlaeval.errors import EnvError, EpisodeError, PolicyError
+from pytest_vlaeval.errors import EnvError, PolicyError, blame, env_call
 from pytest_vlaeval.policy.contract import EpisodeInfo, Policy, as_action_chunk
 
 T = TypeVar("T")
@@ -101,7 +101,7 @@ def instruction_text(value: Any, default: str = "") -> str:
 
 
 def _policy_call(fn: Callable[..., T], *args: Any) -> T:
-    return _blame(PolicyError, "policy", fn, *args)
+    return blame(PolicyError, "policy", fn, *args)
 
 
 Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
@@ -169,19 +169,3 @@ def _described(value: Any) -> str:
         return f"{type(value).__name__} of {len(value)} ({', '.join(type(item).__name__ for item in value)})"
     text = " ".join(repr(value).split())
     return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
-
-
-def env_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call into the env; an unexpected exception becomes ``EnvError`` naming the call."""
-    return _blame(EnvError, "env", fn, *args, **kwargs)
-
-
-def _blame(error: type[EpisodeError], owner: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call ``fn``; an unexpected exception becomes ``error`` naming who raised it, ``SystemExit``
-    too (a policy or env calling ``sys.exit`` has failed, not ended the session)."""
-    try:
-        return fn(*args, **kwargs)
-    except EpisodeError:
-        raise
-    except (Exception, SystemExit) as exc:
-        raise error(f"{owner}.{fn.__name__} raised {type(exc).__name__}: {exc}") from exc

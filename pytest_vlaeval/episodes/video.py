@@ -1,4 +1,4 @@
-"""Episode videos (``--vla-video``): the scene render beside the two policy cameras, one frame
+"""Episode videos (``--vla-video``): frames composed by ``envs.frames``, one frame
 before every step and one after the last, as the benchmark's own videos are laid out.
 
 Frames are taken from the env adapter's ``render_frame(obs)``; recording only reads the
@@ -13,22 +13,6 @@ from typing import Any
 import numpy as np
 
 FPS = 30
-
-
-def compose(general: np.ndarray, top: np.ndarray, wrist: np.ndarray) -> np.ndarray:
-    """``[ scene | top over wrist ]``: the right column is half the scene's width."""
-    import cv2
-
-    height, width = general.shape[:2]
-    side = max(1, width // 2)
-    top_height = height // 2
-    right = np.concatenate(
-        [
-            cv2.resize(np.ascontiguousarray(top), (side, top_height), interpolation=cv2.INTER_AREA),
-            cv2.resize(np.ascontiguousarray(wrist), (side, height - top_height), interpolation=cv2.INTER_AREA),
-        ]
-    )
-    return np.ascontiguousarray(np.concatenate([general, right], axis=1))
 
 
 class EpisodeVideo:

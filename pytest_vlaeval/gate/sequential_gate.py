@@ -18,7 +18,7 @@ tasks. Episodes the gate did not need are not errors.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +28,10 @@ from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.plan import Design, Profile, baseline_profile, min_sr_profile, run, start_lines
 from pytest_vlaeval.gate.sequential import BETTING, OBSERVED, Method, method_for, running_bounds
-from pytest_vlaeval.gate.stats import group_sr, paired_seed_sums, success_rate
+from pytest_vlaeval.gate.stats import Outcomes, group_sr, paired_seed_sums, success_rate
 from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX, drop_verdict, min_sr_verdict
-from pytest_vlaeval.results.record import EpisodeRecord
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.distribute.blocks import SequentialBlocks
     from pytest_vlaeval.spec import Selection
 
 DEFAULT_BLOCK = 5
@@ -120,11 +118,6 @@ class SequentialGate:
     baseline: Baseline | None = None
     pending: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     looks: list[Look] = field(default_factory=list)
-    stopped: bool = False
-    saved: int = 0
-    """Episodes this session scheduled and never ran, because the verdict was settled."""
-    resume_command: str | None = None
-    """The command that completes the canonical run after an early stop."""
 
     @classmethod
     def create(
@@ -177,29 +170,19 @@ class SequentialGate:
     def block_of_seed(self, seed: int) -> int:
         return self.settings.block_of(seed - self.start_seed)
 
-    def scheduling(self) -> SequentialBlocks:
-        """What the affinity scheduler needs: blocks by node id, and whether to stop sending."""
-        from pytest_vlaeval.distribute.blocks import SequentialBlocks
-        from pytest_vlaeval.episodes.nodeid import parse_nodeid
-
-        def block_of(nodeid: str) -> int:
-            key = parse_nodeid(nodeid)
-            return self.block_of_seed(key[1]) if key else 0
-
-        return SequentialBlocks(block_of, lambda: self.stopped)
-
     def schedule(self, seed: int) -> None:
         self.pending[self.block_of_seed(seed)] += 1
 
-    def settle(self, seed: int, latest: Mapping[tuple[str, int], EpisodeRecord]) -> bool:
-        """An episode of this session is settled; take every look now due. True when the verdict
+    def settle(self, seed: int, outcomes: Callable[[], Mapping[str, Outcomes]]) -> bool:
+        """An episode of this session is settled; take every look now due, on the run's completed
+        episodes (``outcomes``: task -> seed -> success, asked for only when a look is due). True when the verdict
         is settled with blocks still to run (the caller stops the session and sets ``stopped``).
         A settled verdict is final: later episodes (in flight when it was reached) add no look."""
         self.pending[self.block_of_seed(seed)] -= 1
         if self.outcome != UNDECIDED:
             return False
         while self._next_block() <= self.last_block and not any(self.pending[b] for b in range(self._next_block() + 1)):
-            look = self._look(self._next_block(), latest)
+            look = self._look(self._next_block(), outcomes())
             self.looks.append(look)
             if look.verdict != UNDECIDED:
                 return look.block < self.last_block
@@ -208,12 +191,9 @@ class SequentialGate:
     def _next_block(self) -> int:
         return self.looks[-1].block + 1 if self.looks else 0
 
-    def _look(self, block: int, latest: Mapping[tuple[str, int], EpisodeRecord]) -> Look:
+    def _look(self, block: int, outcomes: Mapping[str, Outcomes]) -> Look:
         end = self.start_seed + (block + 1) * self.settings.block
-        current: dict[str, dict[int, bool]] = defaultdict(dict)
-        for (task, seed), record in latest.items():
-            if seed < end and record.completed:
-                current[task][seed] = bool(record.success)
+        current = {task: {s: y for s, y in seeds.items() if s < end} for task, seeds in outcomes.items()}
         if self.settings.min_sr is None:
             assert self.baseline is not None
             compared = self.baseline.outcomes
@@ -282,52 +262,82 @@ class SequentialGate:
     def passed(self) -> bool:
         return self.outcome == PASS
 
+    def result(self, saved: int | None = None, resume_command: str | None = None) -> SequentialResult:
+        """The verdict as the session ends; ``saved`` and ``resume_command`` after an early stop."""
+        return SequentialResult(self, saved, resume_command)
+
+
+@dataclass(frozen=True)
+class SequentialResult:
+    """The sequential gate's verdict as the session ends, and whether it stopped the session."""
+
+    gate: SequentialGate
+    saved: int | None = None
+    """Episodes the session scheduled and never ran because the verdict was settled (None: no early stop)."""
+    resume_command: str | None = None
+    """The command that completes the canonical run after an early stop."""
+
+    @property
+    def stopped(self) -> bool:
+        return self.saved is not None
+
+    @property
+    def outcome(self) -> str:
+        return self.gate.outcome
+
+    @property
+    def passed(self) -> bool:
+        return self.gate.passed
+
     @property
     def _method(self) -> str:
-        method = self.looks[-1].method if self.looks else self.method
+        gate = self.gate
+        method = gate.looks[-1].method if gate.looks else gate.method
         return f"sequential {method.name}, seeds as the unit ({method.reason})"
 
     def verdict(self) -> str:
-        alpha = self.settings.alpha
-        if not self.looks:
+        gate = self.gate
+        alpha = gate.settings.alpha
+        if not gate.looks:
             return f"{VERDICT_PREFIX}: {UNDECIDED}: no block completed; method: {self._method}, alpha {alpha:g}"
-        look = self.looks[-1]
+        look = gate.looks[-1]
         low, high = look.interval
         label = f"{1 - alpha:.0%} {'CS' if look.method.name == BETTING else 'bounds'}"
-        if self.settings.min_sr is None:
+        if gate.settings.min_sr is None:
             what = (
-                f"split SR drop {look.estimate:+.3f} [{label} {low:+.3f}, {high:+.3f}] vs max drop {self.max_drop:.3f}"
+                f"split SR drop {look.estimate:+.3f} [{label} {low:+.3f}, {high:+.3f}] vs max drop {gate.max_drop:.3f}"
             )
         else:
-            what = f"split SR {look.estimate:.3f} [{label} {low:.3f}, {high:.3f}] vs min SR {self.settings.min_sr:.3f}"
+            what = f"split SR {look.estimate:.3f} [{label} {low:.3f}, {high:.3f}] vs min SR {gate.settings.min_sr:.3f}"
         stop = f", stopped early ({self.saved} episodes saved)" if self.stopped else ""
         if look.missing:
             stop += f"; no completed episode of {', '.join(look.missing)}, so no seed pairs"
         not_compared = (
-            f"; not compared: {self.baseline.not_compared}" if self.baseline and self.baseline.not_compared else ""
+            f"; not compared: {gate.baseline.not_compared}" if gate.baseline and gate.baseline.not_compared else ""
         )
         return (
-            f"{VERDICT_PREFIX}: {look.verdict}: {what} after {len(self.looks)} looks ({look.seeds} seeds){stop}"
+            f"{VERDICT_PREFIX}: {look.verdict}: {what} after {len(gate.looks)} looks ({look.seeds} seeds){stop}"
             f"{not_compared}; method: {self._method}, alpha {alpha:g}"
         )
 
     def as_dict(self) -> dict[str, Any]:
         """The gate's fields in ``summary.json``."""
-        look = self.looks[-1] if self.looks else None
+        gate = self.gate
+        look = gate.looks[-1] if gate.looks else None
         return {
             "method": self._method,
             "verdict": self.outcome,
             "verdict_line": self.verdict(),
-            "baseline": str(self.baseline.directory) if self.baseline else None,
-            "max_drop": self.max_drop if self.settings.min_sr is None else None,
-            "min_sr": self.settings.min_sr,
-            "alpha": self.settings.alpha,
-            "block_seeds": self.settings.block,
-            "looks": len(self.looks),
+            "baseline": str(gate.baseline.directory) if gate.baseline else None,
+            "max_drop": gate.max_drop if gate.settings.min_sr is None else None,
+            "min_sr": gate.settings.min_sr,
+            "alpha": gate.settings.alpha,
+            "block_seeds": gate.settings.block,
+            "looks": len(gate.looks),
             "seeds_looked_at": look.seeds if look else 0,
             "estimate": look.estimate if look else None,
             "bounds": list(look.interval) if look else None,
             "stopped_early": self.stopped,
-            "episodes_saved": self.saved,
+            "episodes_saved": self.saved or 0,
             "complete_with": self.resume_command if self.stopped else None,
         }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 
 EXIT_GATE_FAILED = 6
@@ -12,6 +14,21 @@ PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
 
 VERDICT_PREFIX = "vlaeval gate"
 """Every gate's verdict line starts ``vlaeval gate: PASS|FAIL|UNDECIDED: ``, for CI logs to grep."""
+
+
+class Verdict(Protocol):
+    """A gate's verdict as the session ends (the fixed gate's ``GateResult``, the sequential
+    gate's ``SequentialResult``): what the reports, ``summary.json`` and the exit status read."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def passed(self) -> bool: ...
+
+    def verdict(self) -> str: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
 
 
 def drop_verdict(lower: np.ndarray | float, upper: np.ndarray | float, max_drop: float) -> np.ndarray:

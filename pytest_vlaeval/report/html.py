@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.gate.baseline import load_baseline
+from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.stats import task_outcomes
 from pytest_vlaeval.report.axes import group_rates, summary_axes
+from pytest_vlaeval.report.chart import NOT_EVALUATED
 from pytest_vlaeval.report.page import attribute_name, interval, pct, render
-from pytest_vlaeval.results.chart import NOT_EVALUATED
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.store import write_text_atomic
@@ -25,13 +24,17 @@ OUTCOMES = ("all succeeded", "some failed", "all failed", "errors", NOT_EVALUATE
 """A task's outcome in the task table's filter."""
 
 
-def write_report(run_dir: RunDir, summary: Summary, per_task: list[TaskResult], policy: str) -> Path:
+def write_report(
+    run_dir: RunDir, summary: Summary, per_task: list[TaskResult], policy: str, baseline: Baseline | None = None
+) -> Path:
     """Write ``report.html`` atomically (a reader never sees half a page)."""
-    write_text_atomic(run_dir.report_html, render_report(run_dir, summary, per_task, policy))
+    write_text_atomic(run_dir.report_html, render_report(run_dir, summary, per_task, policy, baseline))
     return run_dir.report_html
 
 
-def render_report(run_dir: RunDir, summary: Summary, per_task: list[TaskResult], policy: str) -> str:
+def render_report(
+    run_dir: RunDir, summary: Summary, per_task: list[TaskResult], policy: str, baseline: Baseline | None = None
+) -> str:
     gate = summary.get("gate")
     return render(
         "report.html.j2",
@@ -49,7 +52,7 @@ def render_report(run_dir: RunDir, summary: Summary, per_task: list[TaskResult],
             for name, sr, bounds in group_rates(axis, summary)
         ],
         **_tasks(summary, per_task),
-        flips=_flips(summary, per_task),
+        flips=_flips(baseline, per_task),
         sections=_episodes(run_dir, summary, per_task),
         not_evaluated=NOT_EVALUATED,
     )
@@ -137,21 +140,15 @@ def _tasks(summary: Summary, per_task: list[TaskResult]) -> dict[str, Any]:
     }
 
 
-def _flips(summary: Summary, per_task: list[TaskResult]) -> dict[str, Any] | None:
-    """With a baseline: per task, the paired seeds that went from success to failure and back."""
-    gate: dict[str, Any] = summary.get("gate") or {}
-    if not gate.get("baseline"):
+def _flips(baseline: Baseline | None, per_task: list[TaskResult]) -> dict[str, Any] | None:
+    """With the gate's baseline: per task, the paired seeds that went from success to failure and back."""
+    if baseline is None:
         return None
-    seeds = sorted({s for r in per_task for s in r["episode_seeds"]})
-    try:
-        baseline = load_baseline(Path(gate["baseline"]), [r["env_id"] for r in per_task], seeds).outcomes
-    except (OSError, ValueError, SpecError) as exc:
-        return {"problem": str(exc)}
     rows = []
     for result in per_task:
-        if result["env_id"] not in baseline:
+        if result["env_id"] not in baseline.outcomes:
             continue
-        mine, theirs = task_outcomes(result), baseline[result["env_id"]]
+        mine, theirs = task_outcomes(result), baseline.outcomes[result["env_id"]]
         paired = sorted(set(mine) & set(theirs))
         rows.append(
             {
@@ -161,7 +158,7 @@ def _flips(summary: Summary, per_task: list[TaskResult]) -> dict[str, Any] | Non
                 "gained": [s for s in paired if mine[s] and not theirs[s]],
             }
         )
-    return {"problem": None, "baseline": gate["baseline"], "rows": rows}
+    return {"baseline": str(baseline.directory), "rows": rows}
 
 
 def _episodes(run_dir: RunDir, summary: Summary, per_task: list[TaskResult]) -> list[dict[str, Any]]:

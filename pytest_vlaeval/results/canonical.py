@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timezone
 
-from pytest_vlaeval.gate.stats import group_sr, seed_clustered_interval, success_rate, wilson
+from pytest_vlaeval.gate.stats import group_sr, seed_clustered_interval, success_rate, task_outcomes, wilson
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
@@ -75,6 +75,12 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
         "render_backend": described.render_backend if described else None,
         "replayed_resets": sum(r.replayed_resets or 0 for r in done),
     }
+
+
+def finished_task(selection: Selection, latest: LatestRecords, task: Task) -> TaskResult | None:
+    """One task's canonical JSON from the run's latest records, None while it has no completed episode."""
+    records = [latest[key] for seed in selection.seeds if (key := (task.env_id, seed)) in latest]
+    return task_result(task, records, selection) if any(r.completed for r in records) else None
 
 
 def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -> Canonical:
@@ -157,11 +163,21 @@ def _grouped(axis: Axis, per_task: list[TaskResult], *, by_name: bool) -> dict[s
 
 
 def _group_interval(results: list[TaskResult]) -> list[float]:
-    return list(seed_clustered_interval([dict(zip(r["episode_seeds"], r["successes"], strict=True)) for r in results]))
+    return list(seed_clustered_interval([task_outcomes(r) for r in results]))
+
+
+def write_task(run_dir: RunDir, result: TaskResult) -> None:
+    """``<ENV_ID>.json``."""
+    write_json_atomic(run_dir.task(result["env_id"]), result)
 
 
 def write_canonical(run_dir: RunDir, body: Summary, per_task: list[TaskResult]) -> None:
     """``<ENV_ID>.json`` for every task with results, then ``summary.json``."""
     for result in per_task:
-        write_json_atomic(run_dir.task(result["env_id"]), result)
+        write_task(run_dir, result)
+    write_summary(run_dir, body)
+
+
+def write_summary(run_dir: RunDir, body: Summary) -> None:
+    """``summary.json``."""
     write_json_atomic(run_dir.summary, body)

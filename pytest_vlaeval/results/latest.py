@@ -50,6 +50,14 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
         """Whether any attempt of the episode, in any session, was a completed failure."""
         return key in self._failed_once
 
+    def outcomes(self) -> dict[str, dict[int, bool]]:
+        """The completed episodes, task -> seed -> success: what the gate judges."""
+        found: dict[str, dict[int, bool]] = {}
+        for (task, seed), record in self._latest.items():
+            if record.completed:
+                found.setdefault(task, {})[seed] = bool(record.success)
+        return found
+
     def add(self, record: EpisodeRecord) -> None:
         """A record of this session (the caller keeps it out of the logs ``catch_up`` reads)."""
         if record.outcome == FAILURE:

@@ -48,6 +48,9 @@ class RunDir:
         self.report_html = path / "report.html"
         self.server_log = path / "server.log"
         self.videos = path / "videos"
+        self.slurm = path / "slurm"
+        """``vlaeval slurm``'s scripts, job ids (``submissions.json``) and Slurm's output."""
+        self.slurm_submissions = self.slurm / "submissions.json"
 
     @property
     def files(self) -> tuple[Path, ...]:

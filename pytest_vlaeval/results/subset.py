@@ -7,7 +7,9 @@ episode ids, so every worker collects exactly the same items even while the stor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import ERROR, FAILURE, EpisodeRecord
@@ -25,26 +27,54 @@ def parse_shard(value: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def shard(selection: Selection, index: int, count: int) -> list[EpisodeId]:
-    """Shard ``index`` of ``count``: deterministic, balanced by expected steps.
+def shard(selection: Selection, index: int, count: int, episodes: list[EpisodeId] | None = None) -> list[EpisodeId]:
+    """Shard ``index`` of ``count`` of ``episodes`` (the selection's universe when None):
+    deterministic, balanced by expected steps.
 
     Longest-processing-time first: whole tasks (so a shard builds each of its envs once) when
     there are at least as many tasks as shards, single episodes otherwise.
     """
-    seeds = selection.seeds
-    if len(selection.tasks) >= count:
-        units = [([(t.env_id, s) for s in seeds], t.max_steps * len(seeds)) for t in selection.tasks]
+    universe = selection.episode_ids
+    chosen = universe if episodes is None else episodes
+    by_task: dict[str, list[EpisodeId]] = {}
+    for key in chosen:
+        by_task.setdefault(key[0], []).append(key)
+    steps = {t.env_id: t.max_steps for t in selection.tasks}
+    if len(by_task) >= count:
+        units = [(keys, steps[task] * len(keys)) for task, keys in by_task.items()]
     else:
-        units = [([(t.env_id, s)], t.max_steps) for t in selection.tasks for s in seeds]
+        units = [([key], steps[key[0]]) for keys in by_task.values() for key in keys]
     loads = [0] * count
     mine: list[EpisodeId] = []
-    for episodes, weight in sorted(units, key=lambda unit: -unit[1]):  # stable: ties keep spec order
+    for keys, weight in sorted(units, key=lambda unit: -unit[1]):  # stable: ties keep spec order
         target = loads.index(min(loads))
         loads[target] += weight
         if target == index - 1:
-            mine.extend(episodes)
-    order = {key: i for i, key in enumerate(selection.episode_ids)}
+            mine.extend(keys)
+    order = {key: i for i, key in enumerate(universe)}
     return sorted(mine, key=order.__getitem__)
+
+
+def read_episode_list(path: Path, selection: Selection) -> list[EpisodeId]:
+    """``--vla-episode-list``: a JSON list of ``[task, seed]`` pairs, each an episode of the
+    selection (checked here: the file may come from another machine), in the selection's order."""
+    where = f"--vla-episode-list {path}"
+    try:
+        listed = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{where}: cannot read it as JSON ({exc})") from None
+    if not isinstance(listed, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int
+        for pair in listed
+    ):
+        raise SpecError(f"{where}: expected a JSON list of [task, seed] pairs")
+    universe = selection.episode_ids
+    known = set(universe)
+    strangers = [pair for pair in listed if tuple(pair) not in known]
+    if strangers:
+        raise SpecError(f"{where}: {strangers[0]} is not an episode of this selection ({len(strangers)} such)")
+    wanted = {tuple(pair) for pair in listed}
+    return [key for key in universe if key in wanted]
 
 
 def still_to_run(universe: list[EpisodeId], records: Mapping[EpisodeId, EpisodeRecord], mode: str) -> list[EpisodeId]:

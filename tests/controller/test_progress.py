@@ -1,6 +1,9 @@
-"""The live ETA: priced from what is left at the rate of the steps actually run, a range early."""
+"""The live ETA: priced from what is left at the rate of the steps actually run, a range early; and
+the live panel, shown only when asked or on a terminal, beside the plain per-task lines."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -8,6 +11,7 @@ from pytest_vlaeval.controller.progress import BUILD_STEPS, RESET_STEPS, Progres
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.results.record import FAILURE, EpisodeRecord, error_record, timestamp
 
+SHORT = ["--benchmark=fake.yaml:short"]
 STEPS = 100
 SECONDS_PER_STEP = 0.1
 EPISODE_SECONDS = (STEPS + RESET_STEPS + BUILD_STEPS) * SECONDS_PER_STEP
@@ -74,3 +78,14 @@ def test_bringing_up_the_workers_is_not_priced_as_episode_work() -> None:
     progress.settled(_failure("T0"))
     eta = progress.eta()
     assert eta is not None and eta[0] == pytest.approx(EPISODE_SECONDS)
+
+
+def test_live_panel_when_asked_and_plain_lines_otherwise(fake: pytest.Pytester) -> None:
+    plain = fake.runpytest_subprocess(*SHORT, "-q", "--vla-results=plain")
+    assert "╭" not in plain.stdout.str(), "no live panel when stdout is not a terminal"
+    plain.stdout.fnmatch_lines(["vlaeval: Alpha-v0 SR *", "vlaeval: Beta-v0 SR * | 6/6 episodes, *, done"])
+    live = fake.runpytest_subprocess(*SHORT, "-q", "--vla-live=on", "--vla-results=live")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", live.stdout.str())  # drop colours and cursor moves
+    assert "─ vlaeval ─" in text and "SR so far" in text
+    live.stdout.fnmatch_lines(["*vlaeval: Beta-v0 SR * | 6/6 episodes, *, done", "*2 failed, 4 passed*"])
+    assert live.parseoutcomes() == plain.parseoutcomes()

@@ -1,5 +1,5 @@
-"""Real signals to real sessions: termination signals act as Ctrl-C does, and Ctrl-C during
-``evaluate()`` lets the session store what it finished."""
+"""Real signals to real sessions: termination signals act as Ctrl-C does, and Ctrl-C (in a policy or
+during ``evaluate()``) lets the session store what it finished."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import episode_records, read_json
+from helpers import episode_records, read_json, run_dir
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off", "-q"]
 HANG_GUARD_S = 300
@@ -255,18 +256,19 @@ SLOW_FINAL_WRITE = """
 import time
 from pathlib import Path
 
-import pytest_vlaeval.controller.plugin as plugin
+import pytest_vlaeval.controller.run_writer as run_writer
 
-write_outputs = plugin.write_outputs
-
-
-def slow(*args, **kwargs):  # the chart and reports, written once, after the last episode
-    Path("writing").touch()
-    time.sleep(3)
-    return write_outputs(*args, **kwargs)
+write_run_files = run_writer.write_run_files
 
 
-plugin.write_outputs = slow
+def slow(*args, final, **kwargs):  # the run's files, written whole once, after the last episode
+    if final:
+        Path("writing").touch()
+        time.sleep(3)
+    return write_run_files(*args, final=final, **kwargs)
+
+
+run_writer.write_run_files = slow
 """
 
 
@@ -285,3 +287,26 @@ def test_sigterm_during_the_final_write_finishes_it_then_ends_as_interrupted(fak
     summary = read_json(run / "summary.json")
     assert summary["n_completed"] == 10 and summary["n_missing"] == 0
     assert (run / "report.html").is_file(), "the outputs after the canonical files were written too"
+
+
+def test_interrupted_session_keeps_finished_episodes_and_marks_partial(fake: pytest.Pytester) -> None:
+    fake.makepyfile(
+        stopper=textwrap.dedent(
+            """
+            import numpy as np
+
+            class StopOnGamma:
+                chunk_size = 1
+                def reset(self, episode):
+                    if episode.task == "Gamma-v0":
+                        raise KeyboardInterrupt
+                def act(self, obs):
+                    return np.zeros(7)
+            """
+        )
+    )
+    result = fake.runpytest_subprocess("--benchmark=fake.yaml", "--policy=stopper:StopOnGamma")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    summary = read_json(run_dir(fake) / "summary.json")
+    assert summary["partial"] is True and summary["interrupted"] is True
+    assert summary["n_completed"] == 6 and summary["tasks"] == ["Alpha-v0", "Beta-v0"]

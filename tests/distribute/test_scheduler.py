@@ -13,6 +13,8 @@ from pytest_vlaeval.distribute.scheduler import AffinityScheduling, uses_affinit
 from pytest_vlaeval.episodes.nodeid import lockstep_blocks, task_of
 from pytest_vlaeval.errors import SpecError
 
+SHORT = ["--benchmark=fake.yaml:short"]
+
 
 class MockGateway:
     def __init__(self, number: int) -> None:
@@ -406,3 +408,18 @@ def test_whole_tasks_are_never_split(pytester: pytest.Pytester) -> None:
     assert nodes[2].sent == [] and nodes[2].shutting_down, "no tail of A for the third worker"
     simulate(sched, nodes[:2], build=2.0, episode=1.0)
     assert sorted(nodes[0].sent) == list(range(12)) and sorted(nodes[1].sent) == list(range(12, 16))
+
+
+def test_xdist_gives_the_same_records_as_serial(fake: pytest.Pytester) -> None:
+    serial = fake.runpytest(*SHORT, "--vla-results=serial")
+    parallel = fake.runpytest_subprocess(*SHORT, "-n", "2", "--vla-results=parallel")
+    assert serial.parseoutcomes() == parallel.parseoutcomes()
+
+    def comparable(root: str) -> dict:
+        (directory,) = (fake.path / root).iterdir()
+        records = episode_records(directory)
+        return {k: (r["outcome"], r["episode_return"], r["length"]) for k, r in records.items()}
+
+    assert comparable("serial") == comparable("parallel")
+    workers = {r["worker"] for r in episode_records(next((fake.path / "parallel").iterdir())).values()}
+    assert workers == {"gw0", "gw1"}

@@ -1,6 +1,7 @@
 """Who broke the contract is who gets the blame: an env returning the wrong things is an ``env``
-error saying what came back, a policy calling ``sys.exit`` a ``policy`` error; never the harness,
-never a failure, never a NaN in the canonical files. Alone and in lockstep blocks."""
+error saying what came back, a policy calling ``sys.exit`` or returning complex numbers a ``policy``
+error, a missing asset an ``asset`` error; never the harness, never a failure, never a NaN in the
+canonical files. Alone and in lockstep blocks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 
 import pytest
 from helpers import episode_records, run_dir
+
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 
 BROKEN_ENVS = """
 import numpy as np
@@ -171,3 +174,27 @@ class Loud:
     for record in records.values():
         assert len(record["message"]) < 600 and record["message"].endswith("more characters in the record's detail)")
         assert "x" * 5_000_000 in record["detail"]
+
+
+def test_env_and_asset_errors_are_errors_not_failures(fake: pytest.Pytester) -> None:
+    result = fake.runpytest("--benchmark=fake.yaml:extra", "--episodes=2", "-rA", "-vv")
+    result.assert_outcomes(errors=4)
+    result.stdout.fnmatch_lines(
+        [
+            "ERROR fake-extra::BrokenSim-v0::100 - cannot build BrokenSim-v0: the fake simulator refuses",
+            "ERROR fake-extra::NeedsWidget-v0::100 - NeedsWidget-v0 cannot run: asset 'widget' belongs in package 'fake_env_assets_not_installed', which is not installed",
+        ]
+    )
+    records = episode_records(run_dir(fake))
+    assert {r["error_kind"] for r in records.values()} == {"env", "asset"}
+    assert all(r["outcome"] == "error" and r["success"] is None for r in records.values())
+
+
+def test_complex_actions_are_a_policy_error_naming_the_dtype(fake: pytest.Pytester) -> None:
+    fake.makepyfile(
+        policies="import numpy as np\nclass Complex:\n    chunk_size = 1\n    def reset(self, e):\n        pass\n    def act(self, o):\n        return np.full(7, 0.5 + 1j)\n"
+    )
+    fake.runpytest(*SHORT, "--policy=policies:Complex", "--vla-tasks=Alpha-v0", "--episodes=1")
+    (record,) = episode_records(run_dir(fake)).values()
+    assert (record["outcome"], record["error_kind"]) == ("error", "policy")
+    assert "dtype complex128; expected real numbers" in record["message"]

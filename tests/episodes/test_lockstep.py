@@ -97,7 +97,7 @@ def test_separate_envs_need_no_fingerprint_change(fake: pytest.Pytester) -> None
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--vla-lockstep=0"], "--vla-lockstep must be in [1, inf), got 0"),
+        (["--vla-lockstep=0"], "argument --vla-lockstep: must be in [1, inf), got 0"),
         (["--vla-lockstep=2", "--vla-video=all"], "--vla-video=all records lone episodes"),
         (["--vla-lockstep=2", "-n", "2", "--dist=load"], "--vla-lockstep=2 sends each block of episodes to one worker"),
     ],

@@ -229,7 +229,7 @@ def test_min_sr_gate_never_averages_over_a_task_that_only_errors(fake: pytest.Py
         (["--vla-sequential", "--vla-min-sr=0.5", "--vla-block=0"], "--vla-block must be >= 1 seed, got 0"),
         (
             ["--vla-sequential", "--vla-min-sr=0.5", "--vla-undecided-exit=300"],
-            "--vla-undecided-exit must be in [0, 255], got 300",
+            "argument --vla-undecided-exit: must be in [0, 255], got 300",
         ),
         (["--vla-sequential", "--vla-min-sr=0.5", "-n", "2", "--dist=load"], "--vla-sequential orders seeds in blocks"),
         (["--vla-sequential", "--vla-min-sr=0.5", "--vla-shard=1/2"], "it does not combine with --vla-shard"),
@@ -551,7 +551,8 @@ def test_gate_plan_prints_the_budgets_and_runs_no_episode(wide: pytest.Pytester)
     surer = wide.runpytest(*WIDE, *plan, "--vla-gate-plan-probability=0.95")
     surer.stdout.fnmatch_lines(["vlaeval gate plan: 12 tasks: decides correctly with probability >= 95% in both*"])
     assert_one_line_usage_error(
-        wide.runpytest(*WIDE, *plan, "--vla-gate-plan-probability=1"), "--vla-gate-plan-probability must be in (0, 1)"
+        wide.runpytest(*WIDE, *plan, "--vla-gate-plan-probability=1"),
+        "argument --vla-gate-plan-probability: must be in (0, 1)",
     )
 
 

@@ -8,54 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_report_html import read_page
+from helpers import checkpoint_runs, read_page
 
 import pytest_vlaeval
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.fixed import FixedGate, paired_interval
 from pytest_vlaeval.report.comparison import OVERALL, ComparisonError, load_run
 
-CHECKPOINTS = """
-import numpy as np
-
-
-class Checkpoint:
-    chunk_size = 1
-    reach = 0.0
-
-    def reset(self, episode):
-        pass
-
-    def act(self, obs):
-        return np.full(7, self.reach, dtype=np.float32)
-
-
-class Early(Checkpoint):
-    reach = 0.0
-
-
-class Middle(Checkpoint):
-    reach = 0.65  # the fake env's bar is 0.5 + 0.1 * (seed % 5): seeds 100 and 101 succeed
-
-
-class Late(Checkpoint):
-    reach = 1.0
-"""
-
-
-def _runs(fake: pytest.Pytester, *names: str, extra: tuple[str, ...] = ()) -> list[Path]:
-    fake.makepyfile(checkpoints=CHECKPOINTS)
-    paths = []
-    for name in names:
-        before = set((fake.path / "results").glob("*")) if (fake.path / "results").exists() else set()
-        fake.runpytest("--benchmark=fake.yaml:short", f"--policy=checkpoints:{name}", *extra)
-        (new,) = set((fake.path / "results").glob("*")) - before
-        paths.append(new)
-    return paths
-
 
 def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: pytest.Pytester) -> None:
-    early, middle, late = _runs(fake, "Early", "Middle", "Late")
+    early, middle, late = checkpoint_runs(fake, "Early", "Middle", "Late")
     comparison = pytest_vlaeval.compare(early, middle, late)
 
     assert [run.path for run in comparison.runs] == [early, middle, late]
@@ -83,7 +45,7 @@ def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: 
 
 
 def test_the_command_prints_the_table_and_writes_markdown_and_html(fake: pytest.Pytester, tmp_path: Path) -> None:
-    runs = _runs(fake, "Early", "Middle", "Late")
+    runs = checkpoint_runs(fake, "Early", "Middle", "Late")
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "pytest_vlaeval", "compare", *map(str, runs), "--out", str(out)],
@@ -103,8 +65,8 @@ def test_the_command_prints_the_table_and_writes_markdown_and_html(fake: pytest.
 
 
 def test_runs_of_different_protocols_are_refused_with_one_line(fake: pytest.Pytester, tmp_path: Path) -> None:
-    (first,) = _runs(fake, "Early")
-    (other,) = _runs(fake, "Late", extra=("--episodes=2",))
+    (first,) = checkpoint_runs(fake, "Early")
+    (other,) = checkpoint_runs(fake, "Late", extra=("--episodes=2",))
     with pytest.raises(ComparisonError, match="different benchmark or protocol"):
         pytest_vlaeval.compare(first, other)
     done = subprocess.run(

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import read_json, run_dir
-from test_compare import _runs
+from helpers import checkpoint_runs, read_json, run_dir
 
 pytestmark = pytest.mark.browser
 
@@ -129,7 +128,7 @@ def test_report_html_in_a_browser(fake: pytest.Pytester, browser: Browser) -> No
 def test_compare_html_in_a_browser(fake: pytest.Pytester, browser: Browser, tmp_path: Path) -> None:
     from pytest_vlaeval.cli import main
 
-    runs = _runs(fake, "Early", "Middle", "Late")
+    runs = checkpoint_runs(fake, "Early", "Middle", "Late")
     assert main(["compare", *map(str, runs), "--out", str(tmp_path)]) == 0
     page = browser.open(tmp_path / "compare.html")
 

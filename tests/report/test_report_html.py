@@ -3,44 +3,11 @@
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
-from helpers import read_json, run_dir
+from helpers import read_json, read_page, run_dir
 
 SHORT = ["--benchmark=fake.yaml:short"]
-
-
-class Page(HTMLParser):
-    """What a test reads of a page: task rows, video sources, fetched URLs, ids."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.rows: dict[str, list[dict[str, str | None]]] = {}
-        self.table: str | None = None
-        self.sources: list[str] = []
-        self.urls: list[str] = []
-        self.ids: set[str] = set()
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        if found.get("id"):
-            self.ids.add(str(found["id"]))
-        if tag == "table":
-            self.table = found.get("id")
-        if tag == "tr" and "data-name" in found and self.table:
-            self.rows.setdefault(self.table, []).append(found)
-        if tag == "video":
-            self.sources.append(str(found["src"]))
-        for name in ("src", "href"):
-            if found.get(name) and not str(found[name]).startswith("#"):
-                self.urls.append(str(found[name]))
-
-
-def read_page(path: Path) -> Page:
-    return Page(path.read_text(encoding="utf-8"))
 
 
 def test_report_has_every_task_its_episodes_and_failure_videos(fake: pytest.Pytester) -> None:
@@ -114,7 +81,7 @@ def test_with_a_baseline_the_flipped_episodes_are_listed_both_ways(fake: pytest.
 
 
 def test_the_chart_shows_tasks_without_a_completed_episode_as_not_evaluated(fake: pytest.Pytester) -> None:
-    from pytest_vlaeval.results.chart import draw_chart
+    from pytest_vlaeval.report.chart import draw_chart
 
     fake.runpytest("--benchmark=fake.yaml", "-k", "Alpha or Broken")
     directory = run_dir(fake)
@@ -125,6 +92,22 @@ def test_the_chart_shows_tasks_without_a_completed_episode_as_not_evaluated(fake
     labels = [label.get_text() for label in figure.axes[1].get_yticklabels()]
     assert labels == ["Alpha-v0"] + [f"{t} (not evaluated)" for t in summary["tasks_without_results"]]
     assert (directory / "summary.png").is_file()
+
+
+def test_past_its_row_limit_the_chart_shows_the_lowest_tasks_and_says_so(fake: pytest.Pytester) -> None:
+    from pytest_vlaeval.report.chart import TASK_ROWS, draw_chart
+
+    fake.runpytest(*SHORT, "--policy=random", "-k", "Alpha")
+    directory = run_dir(fake)
+    summary = read_json(directory / "summary.json")
+    (result,) = [read_json(directory / f"{t}.json") for t in summary["tasks"]]
+    per_task = [{**result, "env_id": f"T{i}-v0", "sr": (i % 7) / 7} for i in range(TASK_ROWS + 20)]
+    summary = {**summary, "tasks_without_results": ["Gone-v0"]}
+    figure = draw_chart(summary, per_task)
+    labels = [label.get_text() for label in figure.axes[1].get_yticklabels()]
+    lowest = sorted(per_task, key=lambda r: r["sr"])[: TASK_ROWS - 1]
+    assert labels == [r["env_id"] for r in lowest] + ["Gone-v0 (not evaluated)"]
+    assert f"the {TASK_ROWS} lowest of {TASK_ROWS + 21} tasks" in figure.axes[1].get_title()
 
 
 def test_pytest_html_rows_carry_records_and_videos_and_its_summary_the_headline(fake: pytest.Pytester) -> None:

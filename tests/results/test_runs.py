@@ -1,4 +1,5 @@
-"""Runs that outlive a session: reruns, resume after a kill, retries, shards and merge, the gate."""
+"""Runs that outlive a session: reruns (``--lf`` too), resume after a kill, crashes and retries, shards
+and merge, the gate, and the sessions a run refuses (another fingerprint, policy or render backend)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_usage_error, read_json, run_dir
+from helpers import assert_one_line_usage_error, episode_records, perfect_baseline, read_json, run_dir
 
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.stats import mcnemar_exact, wilson
@@ -231,13 +232,7 @@ def test_gate_passes_and_fails_on_constructed_baselines(fake: pytest.Pytester) -
     rejudged.stdout.fnmatch_lines(["vlaeval: --vla-rerun=errors: 0 of 40 episodes selected*", "vlaeval gate: PASS: *"])
     assert rejudged.ret == pytest.ExitCode.OK, "re-judging a complete run runs nothing and passes"
 
-    better = fake.path / "better"
-    better.mkdir()
-    for name in ("Alpha-v0.json", "Beta-v0.json"):
-        data = read_json(base / name)
-        data["successes"] = [True] * len(data["successes"])
-        data["sr"] = 1.0
-        (better / name).write_text(json.dumps(data))
+    better = perfect_baseline(base, fake.path / "better")
     zero = [*SHORT, "--episodes=20", "--vla-results=zero", "--policy=zero"]
     result = fake.runpytest(*zero, f"--vla-baseline={better}")
     assert result.ret == EXIT_GATE_FAILED
@@ -347,3 +342,84 @@ def test_a_worker_stuck_past_the_timeout_is_replaced(fake: pytest.Pytester) -> N
     records = all_records(run_dir(fake))
     assert [(r["seed"], r["error_kind"]) for r in records] == [(100, "crash"), (101, None), (102, None)]
     assert "stuck past 2x --vla-timeout" in records[0]["message"]
+
+
+def test_worker_crash_is_an_error_record_never_a_failure(fake: pytest.Pytester) -> None:
+    result = fake.runpytest_subprocess("--benchmark=fake.yaml:crash", "--episodes=2", "-n", "2", "-p", "no:randomly")
+    records = episode_records(run_dir(fake))
+    assert len(records) == 2
+    assert all(r["outcome"] == "error" for r in records.values())
+    assert any("crashed" in r["message"] for r in records.values()), records
+    summary = read_json(run_dir(fake) / "summary.json")
+    assert summary["n_errors"] == 2 and summary["sr_split"] is None
+    assert result.ret == 1
+
+
+def test_lf_reruns_failures_and_the_summary_stays_whole(fake: pytest.Pytester) -> None:
+    first = fake.runpytest(*SHORT)
+    failed = first.parseoutcomes().get("failed", 0)
+    assert failed > 0
+    second = fake.runpytest(*SHORT, "--lf", "-rA")
+    assert sum(second.parseoutcomes().get(k, 0) for k in ("passed", "failed")) == failed
+    summary = read_json(run_dir(fake) / "summary.json")
+    assert summary["n_completed"] == 6 and summary["partial"] is False
+    attempts = [r["attempt"] for r in episode_records(run_dir(fake)).values()]
+    assert sorted(attempts).count(2) == failed
+
+
+def test_fingerprint_mismatch_is_refused(fake: pytest.Pytester) -> None:
+    fake.runpytest(*SHORT, "--policy=zero")
+    fingerprint = run_dir(fake) / "fingerprint.json"
+    fingerprint.write_text(fingerprint.read_text().replace('"render": "auto"', '"render": "gpu"'))
+    result = fake.runpytest(*SHORT, "--policy=zero")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *fake-short-zero holds a run with a different fingerprint (render: 'gpu' -> 'auto')*"]
+    )
+
+
+def test_a_session_whose_policy_or_backend_differs_cannot_mix_into_a_run(fake: pytest.Pytester) -> None:
+    fake.runpytest(*SHORT, "--vla-tasks=Alpha-v0")
+    identity = run_dir(fake) / "policy.json"
+    assert json.loads(identity.read_text()) == {
+        "model": {"name": "random", "config": {"action_dim": 7, "distribution": "uniform[-1,1]"}},
+        "action_chunk_size": 1,
+        "render_backend": "none",
+    }
+    identity.write_text(identity.read_text().replace('"none"', '"gpu"'))
+
+    def logged() -> int:
+        return sum(len(p.read_text().splitlines()) for p in (run_dir(fake) / "episodes").glob("*.jsonl"))
+
+    before = logged()
+    result = fake.runpytest_subprocess(*SHORT, "--vla-tasks=Alpha-v0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*refusing to mix episodes into this run: *render_backend: 'gpu' -> 'none'*"])
+    assert logged() == before, "no record of the refused session is stored"
+
+
+def test_merge_judges_the_whole_run_against_a_baseline(fake: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
+    """The array's merge is where a sharded run meets its gate: the verdict in the merged run's
+    files, the exit status a CI job reads, and a bad baseline refused before anything is written."""
+    twenty = [*SHORT, "--episodes=20", "--policy=zero"]
+    for index in (1, 2):
+        fake.runpytest(*twenty, "--vla-results=zero", f"--vla-shard={index}/2")
+    (zero,) = (fake.path / "zero").iterdir()
+    perfect = perfect_baseline(zero, fake.path / "perfect")
+    assert vlaeval(["merge", str(zero), "--baseline", str(perfect)]) == EXIT_GATE_FAILED
+    out = capsys.readouterr().out
+    assert "vlaeval gate: FAIL: split SR drop +1.000 paired on 20 seeds x 2 tasks" in out
+    assert read_json(zero / "summary.json")["gate"]["verdict"] == "FAIL"
+    assert "vlaeval gate: FAIL" in (zero / "report.md").read_text()
+    assert "flips" in (zero / "report.html").read_text(), "the report lists the episodes that flipped"
+    assert vlaeval(["merge", str(zero), "--baseline", str(perfect), "--max-drop", "1"]) == 7
+    assert "vlaeval gate: UNDECIDED" in capsys.readouterr().out, "no data shows a drop above 1: undecided, exit 7"
+    assert vlaeval(["merge", str(zero), "--baseline", str(zero)]) == 0
+    assert "vlaeval gate: PASS: split SR drop +0.000" in capsys.readouterr().out
+    written = (zero / "summary.json").read_bytes()
+    assert vlaeval(["merge", str(zero), "--baseline", str(fake.path / "nowhere")]) == 2
+    assert "nowhere: no such directory" in capsys.readouterr().out
+    assert (zero / "summary.json").read_bytes() == written, "a refused baseline leaves the run's files as they were"
+    with pytest.raises(SystemExit) as refused:
+        vlaeval(["merge", str(zero), "--baseline", str(perfect), "--alpha", "1"])
+    assert refused.value.code == 2 and "argument --alpha: must be in (0, 1), got 1" in capsys.readouterr().err

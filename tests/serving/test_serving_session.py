@@ -1,16 +1,18 @@
-"""Remote policies in real pytest sessions: the fake benchmark through a policy server, and real
-MIKASA episodes through ``--vla-serve`` with two xdist workers."""
+"""Remote policies in real pytest sessions: the fake benchmark through a policy server, a served run
+rerun and completed with the printed command, a policy server that dies mid-session, and real MIKASA
+episodes through ``--vla-serve`` (with two xdist workers, and run again under a timeout)."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_usage_error, episode_records
+from helpers import assert_one_line_usage_error, episode_records, read_json, run_dir
 
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.policy.loading import parse_policy
@@ -78,6 +80,7 @@ class Light(Noisy):
 '''
 
 FAKE = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "-rA"]
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 
 
 def comparable(directory: Path) -> dict[tuple[str, int], tuple]:
@@ -220,3 +223,81 @@ def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: P
     assert served == {r.key: (r.success, r.episode_return, r.length) for r in records}
     steps = sum(r.length for r in records)  # chunk size 1: one request per step
     assert f"stopped after {steps} requests" in (run_dir / "server.log").read_text()
+
+
+ONCE_BROKEN = """
+from pathlib import Path
+
+import numpy as np
+
+class OnceBroken:
+    chunk_size = 1
+    def reset(self, episode):
+        pass
+    def act(self, obs):
+        if not Path("broke-once").exists():
+            Path("broke-once").touch()
+            raise RuntimeError("a passing fault")
+        return np.full(7, 0.65)
+"""
+
+
+def test_a_served_run_can_be_rerun_and_completed_with_the_printed_command(fake: pytest.Pytester) -> None:
+    fake.makepyfile(served=ONCE_BROKEN)
+    served = [*SHORT, "--vla-serve=served:OnceBroken"]
+    first = fake.runpytest_subprocess(*served)
+    assert first.ret == pytest.ExitCode.TESTS_FAILED, first.stdout.str()
+    (command,) = [line.split("complete it with: ", 1)[1] for line in first.outlines if "complete it with: " in line]
+    rerun = fake.runpytest_subprocess(*served, "--vla-rerun=failures")
+    assert rerun.ret == pytest.ExitCode.TESTS_FAILED, rerun.stdout.str()
+    rerun.stdout.fnmatch_lines(["*--vla-rerun=failures: 2 of 6 episodes selected*"])
+    completed = fake.runpytest_subprocess(*shlex.split(command)[1:])
+    assert completed.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), completed.stderr.str()
+    summary = read_json(run_dir(fake) / "summary.json")
+    assert (summary["n_missing"], summary["n_errors"], summary["n_completed"]) == (0, 0, 6)
+    assert "127.0.0.1" not in (run_dir(fake) / "policy.json").read_text()
+
+
+DYING = """
+import os
+import numpy as np
+
+class DiesOnSecondEpisode:
+    chunk_size = 1
+    def reset(self, episode):
+        if episode.seed == 101:
+            os._exit(3)
+    def act(self, obs):
+        return np.zeros(7)
+"""
+
+
+def test_a_dead_policy_server_is_announced_once_and_fails_the_rest_fast(fake: pytest.Pytester) -> None:
+    fake.makepyfile(dying=DYING)
+    result = fake.runpytest_subprocess(*SHORT, "--vla-serve=dying:DiesOnSecondEpisode", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    announced = [line for line in result.outlines if "the policy server (process" in line]
+    assert len(announced) == 1 and "exited with status 3 during the session" in announced[0], result.outlines
+    records = episode_records(run_dir(fake))
+    assert [records[("Alpha-v0", 100)]["outcome"], records[("Alpha-v0", 101)]["outcome"]] == ["failure", "error"]
+    rest = [records[key] for key in records if key[1] == 102 or key[0] == "Beta-v0"]
+    assert len(rest) == 4 and all("is no longer running" in r["message"] for r in rest), rest
+
+
+@pytest.mark.mikasa
+def test_a_served_run_of_real_episodes_under_a_timeout_can_be_run_again(tmp_path: Path) -> None:
+    """Real MIKASA episodes through ``--vla-serve`` with the per-episode deadline armed: a second
+    session on a fresh port joins the same run, and the deadline does not touch episodes within it."""
+    args = [
+        sys.executable, "-m", "pytest", "--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1",
+        "--vla-serve=random", "--vla-timeout=300", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+    ]  # fmt: skip
+    for attempt in (1, 2):
+        proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert proc.returncode in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), proc.stdout + proc.stderr
+        (directory,) = (tmp_path / "results").iterdir()
+        records = episode_records(directory)
+        assert {r["attempt"] for r in records.values()} == {attempt}
+        assert {r["outcome"] for r in records.values()} <= {"success", "failure"}, records
+    assert read_json(directory / "summary.json")["n_completed"] == 1
+    assert "ws://" not in (directory / "policy.json").read_text()

@@ -10,9 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.report.axes import group_rates, summary_axes
+from pytest_vlaeval.report.page import pct
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
 NOT_EVALUATED = "not evaluated"
+
+TASK_ROWS = 100
+"""The most task rows the chart draws: past that (LIBERO-Plus has 10,030 tasks) a row is
+unreadable and the figure costs seconds per thousand rows, so it shows the tasks not evaluated
+and the lowest SRs, and says so; every task is in ``report.html`` and the canonical JSON."""
 
 
 def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Path | None:
@@ -41,13 +47,16 @@ def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
     axes = summary_axes(summary)
     split_axis, finest = axes[0], axes[-1]
     bars = group_rates(finest, summary)
-    missing = summary["tasks_without_results"]
+    every = len(per_task) + len(summary["tasks_without_results"])
+    missing = summary["tasks_without_results"][:TASK_ROWS]
+    if every > TASK_ROWS:
+        per_task = sorted(per_task, key=lambda r: r["sr"])[: TASK_ROWS - len(missing)]
     height = max(3.0, 0.22 * (len(per_task) + len(missing)) + 1.2)
     figure, (left, right) = plt.subplots(
         1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [1, 1.6]}, constrained_layout=True
     )
     _bars(left, [g for g, _, _ in bars], [sr for _, sr, _ in bars], [b for _, _, b in bars], "#4c72b0")
-    split_note = ", ".join(f"{g} {100 * sr:.1f}%" for g, sr, _ in group_rates(split_axis, summary))
+    split_note = ", ".join(f"{g} {pct(sr)}" for g, sr, _ in group_rates(split_axis, summary))
     note = f" ({split_axis.label} SR: {split_note})" if finest != split_axis else ""
     left.set_title(f"per {finest.label}{note}", fontsize=10)
     _bars(
@@ -60,8 +69,11 @@ def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
     for position in range(len(per_task), len(per_task) + len(missing)):
         right.barh(position, 1, color="none", edgecolor="#bbbbbb", hatch="//")
         right.text(0.5, position, NOT_EVALUATED, ha="center", va="center", fontsize=7, color="#777777")
-    evaluated = f", {len(missing)} tasks {NOT_EVALUATED}" if missing else ""
-    right.set_title(f"per task ({summary['n_completed']}/{summary['n_expected']} episodes{evaluated})", fontsize=10)
+    evaluated = f", {len(summary['tasks_without_results'])} tasks {NOT_EVALUATED}" if missing else ""
+    shown = f"; the {len(per_task) + len(missing)} lowest of {every} tasks" if every > TASK_ROWS else ""
+    right.set_title(
+        f"per task ({summary['n_completed']}/{summary['n_expected']} episodes{evaluated}{shown})", fontsize=10
+    )
     partial = " (partial)" if summary["partial"] else ""
     figure.suptitle(f"{summary['benchmark']} {summary['selected_split']}: {summary['model'].get('name', '')}{partial}")
     return figure

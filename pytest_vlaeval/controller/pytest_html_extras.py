@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_vlaeval.controller.run_writer import RunWriter
 from pytest_vlaeval.episodes.collect import RECORD_ATTR
 from pytest_vlaeval.report.html import headline_table
 from pytest_vlaeval.report.page import render
-
-if TYPE_CHECKING:
-    from pytest_vlaeval.controller.plugin import ResultsController
 
 
 def wanted(config: pytest.Config) -> bool:
@@ -24,8 +21,8 @@ def wanted(config: pytest.Config) -> bool:
 
 
 class PytestHtmlExtras:
-    def __init__(self, controller: ResultsController, report_path: Path) -> None:
-        self.controller = controller
+    def __init__(self, writer: RunWriter, report_path: Path) -> None:
+        self.writer = writer
         self.report_dir = report_path.resolve().parent
 
     @pytest.hookimpl(tryfirst=True)
@@ -46,5 +43,5 @@ class PytestHtmlExtras:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
-        if self.controller.written is not None:
-            prefix.append(headline_table(self.controller.written[0], self.controller.run.policy_spec))
+        if self.writer.written is not None:
+            prefix.append(headline_table(self.writer.written[0], self.writer.run.policy_spec))

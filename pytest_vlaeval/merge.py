@@ -1,0 +1,290 @@
+"""Merge run directories (shards from several machines or CI jobs) into one run.
+
+``vlaeval merge RUN_DIR... [--out DIR]`` checks that
+every directory holds the same run (equal fingerprints), copies their episode logs into the
+output, says which shards and episodes are still missing with the command that fills them, and
+writes the canonical files. Logs are copied by name and the latest attempt of each episode
+wins, so merging the same shard twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pytest_vlaeval.choices import in_range
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
+from pytest_vlaeval.gate.baseline import load_baseline
+from pytest_vlaeval.gate.fixed import FixedGate
+from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
+from pytest_vlaeval.report.run_files import write_run_files
+from pytest_vlaeval.results.canonical import summary
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.rundir import RunDir, shard_of, writing
+from pytest_vlaeval.results.runfiles import read_json
+from pytest_vlaeval.results.schema import Fingerprint
+from pytest_vlaeval.results.store import RunStore
+from pytest_vlaeval.spec import Benchmark, Selection, builtin_benchmarks, load_benchmark, resolve_benchmark, select
+
+TAIL_BYTES = 65536
+"""Enough of a log's end to hold its last record."""
+
+UNDECIDED_EXIT = 7
+"""``vlaeval merge``'s exit status when the gate cannot decide (pytest's ``--vla-undecided-exit`` default)."""
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The fixed gate the merge judges the whole run by (``--baseline``)."""
+
+    baseline: Path
+    max_drop: float = 0.05
+    alpha: float = 0.05
+
+
+@dataclass(frozen=True)
+class Merged:
+    lines: list[str]
+    """What to print."""
+    verdict: Verdict | None = None
+
+
+def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gate: GateOptions | None = None) -> Merged:
+    """Merge ``run_dirs`` into ``out`` (one directory into itself writes its files from its logs);
+    raises SpecError on a mismatch."""
+    reference, policy = _same_run(run_dirs)
+    store = RunStore(out)
+    store.claim(reference)
+    if policy is not None:
+        store.claim(policy, store.dir.policy)
+    copied = sum(
+        _copy_log(log, store.dir.episodes / log.name) for directory in run_dirs for log in RunDir(directory).logs()
+    )
+    benchmark = _benchmark(run_dirs, reference, benchmark_arg)
+    store.keep_spec(benchmark)
+    selection = _selection(benchmark, reference)
+    judge = _fixed_gate(gate, selection) if gate else None  # a bad baseline stops before anything is written
+    with store.locked():  # a session may be writing the same directory's canonical files
+        body, per_task = summary(selection, LatestRecords.read(store.dir), interrupted=False)
+        verdict = judge.judge(per_task) if judge else None
+        written = write_run_files(
+            store.dir,
+            body,
+            per_task,
+            policy=reference["policy"],
+            verdict=verdict,
+            baseline=judge.baseline if judge else None,
+            final=True,
+        )
+    if written.canonical_refused is not None:
+        raise ResultsUnwritable(written.canonical_refused)
+
+    lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new or grown episode logs"]
+    lines += [f"not written: {line}" for line in written.refused]
+    lines += shard_finish_lines(store.dir)
+    lines += [
+        f"shard {index}/{count} has no episode log: run `{rerun_command(reference, store.dir, f'--vla-shard={index}/{count}')}`"
+        for index, count in missing_shards(out)
+    ]
+    lines.append(
+        f"episodes: {body['n_completed']} completed, {body['n_errors']} errors, {body['n_missing']} missing of {body['n_expected']}; "
+        f"split SR {body['sr_split']}"
+    )
+    if body["n_errors"] or body["n_missing"]:
+        fill = rerun_command(
+            reference, store.dir, "--vla-rerun=incomplete", f"--vla-results={out.parent}", f"--vla-run-name={out.name}"
+        )
+        lines.append(f"fill the gaps with: {fill}")
+        if store.dir.slurm_submissions.exists():
+            lines.append(f"or, on the cluster it was submitted to: vlaeval slurm --complete {shlex.quote(str(out))}")
+    if verdict is not None:
+        lines.append(verdict.verdict())
+    return Merged(lines, verdict)
+
+
+def _same_run(run_dirs: list[Path]) -> tuple[Fingerprint, dict[str, Any] | None]:
+    """The run the directories hold (its fingerprint, and its policy where recorded); SpecError when they differ."""
+    fingerprints = {d: read_json(RunDir(d).fingerprint, Fingerprint, "fingerprint") for d in run_dirs}
+    reference = next(iter(fingerprints.values()))
+    for directory, fingerprint in fingerprints.items():
+        if fingerprint != reference:
+            diff = ", ".join(
+                k for k in sorted(set(reference) | set(fingerprint)) if reference.get(k) != fingerprint.get(k)
+            )
+            raise SpecError(f"{directory} is not the same run as {run_dirs[0]} (differs in: {diff})")
+    policy_files = [RunDir(d).policy for d in run_dirs]
+    policies = {
+        json.dumps(read_json(path, dict[str, Any], "policy"), sort_keys=True) for path in policy_files if path.exists()
+    }
+    if len(policies) > 1:
+        raise SpecError(f"the runs were made with different policy configurations: {sorted(policies)}")
+    return reference, json.loads(policies.pop()) if policies else None
+
+
+def _selection(benchmark: Benchmark, reference: Fingerprint) -> Selection:
+    """The episode universe a fingerprint describes, with the benchmark it was made with."""
+    if benchmark.digest != reference["benchmark_digest"]:
+        raise SpecError(f"benchmark {benchmark.name!r} here differs from the one the run used; pass --benchmark FILE")
+    return select(
+        benchmark,
+        reference["split"],
+        env_ids=reference["tasks"],
+        start_seed=reference["start_seed"],
+        episodes=reference["episodes"],
+    )
+
+
+def selection_of(run_dir: Path) -> Selection:
+    """The episode universe of the run in ``run_dir``, from its fingerprint and the benchmark file it keeps."""
+    reference = read_json(RunDir(run_dir).fingerprint, Fingerprint, "fingerprint")
+    return _selection(_benchmark([run_dir], reference, None), reference)
+
+
+def _fixed_gate(options: GateOptions, selection: Selection) -> FixedGate:
+    baseline = load_baseline(options.baseline, [t.env_id for t in selection.tasks], selection.seeds)
+    return FixedGate.create(baseline, selection.seeds, options.max_drop, options.alpha)
+
+
+def shard_finish_lines(run_dir: RunDir) -> list[str]:
+    """When the first and the last shard finished (their logs' last records), and the spread."""
+    finished: dict[tuple[int, int], datetime] = {}
+    for log in run_dir.logs():
+        shard, ended = shard_of(log), last_record_time(log)
+        if shard and ended is not None:
+            finished[shard] = max(finished.get(shard, ended), ended)
+    if len(finished) < 2:
+        return []
+    (first, at_first), (last, at_last) = (
+        min(finished.items(), key=lambda kv: kv[1]),
+        max(finished.items(), key=lambda kv: kv[1]),
+    )
+    spread = (at_last - at_first).total_seconds()
+    return [
+        f"shards finished over {spread:.0f} s: first shard {first[0]}/{first[1]} at {at_first.isoformat()}, "
+        f"last shard {last[0]}/{last[1]} at {at_last.isoformat()}"
+    ]
+
+
+def last_record_time(log: Path) -> datetime | None:
+    """The time of a log's last whole record, read from its end (a log can hold 100,000 records)."""
+    with log.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - TAIL_BYTES))
+        lines = f.read().split(b"\n")
+    for line in reversed(lines[1:] if size > TAIL_BYTES else lines):
+        try:
+            return datetime.fromisoformat(json.loads(line)["time"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line, or not a record
+    return None
+
+
+def _copy_log(log: Path, target: Path) -> int:
+    """Copy an episode log into the merged run (1), or bring an earlier copy up to date (1 when it
+    grew, 0 when it was whole): a log only grows by whole lines, so an earlier copy (made while its
+    session was still writing, or cut short by a killed merge) is a prefix of it, and is extended."""
+    if target.exists() and log.samefile(target):  # a directory merged into itself: its own log
+        return 0
+    with writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            shutil.copyfile(log, target)
+            return 1
+        have, source = target.stat().st_size, log.stat().st_size
+        with log.open("rb") as new, target.open("rb") as old:
+            if have > source or new.read(have) != old.read():
+                raise SpecError(
+                    f"{target} is not a copy of {log} (nor the start of one): remove {target} and merge again"
+                )
+            rest = new.read()
+        if not rest:
+            return 0
+        with target.open("ab") as old:
+            old.write(rest)
+        return 1
+
+
+def _benchmark(run_dirs: list[Path], fingerprint: dict[str, Any], benchmark_arg: str | None) -> Benchmark:
+    """The benchmark the runs were made with: ``--benchmark`` when given, else the copy a run
+    directory keeps, else (a run from before runs kept one) the benchmark of that name."""
+    if benchmark_arg:
+        return resolve_benchmark(benchmark_arg)[0]
+    kept = next((RunDir(d).spec for d in run_dirs if RunDir(d).spec.is_file()), None)
+    return load_benchmark(kept) if kept else resolve_benchmark(fingerprint["benchmark"])[0]
+
+
+def missing_shards(run_dir: Path) -> list[tuple[int, int]]:
+    """Shards of an N-way split that left no log in ``run_dir``."""
+    seen: dict[int, set[int]] = {}
+    for log in RunDir(run_dir).logs():
+        shard = shard_of(log)
+        if shard:
+            seen.setdefault(shard[1], set()).add(shard[0])
+    return [(i, n) for n, present in sorted(seen.items()) for i in range(1, n + 1) if i not in present]
+
+
+def rerun_command(fingerprint: Fingerprint, run_dir: RunDir, *extra: str) -> str:
+    """The pytest command that evaluates (part of) the run a fingerprint describes: with the built-in
+    benchmark of that name, else with the copy of the benchmark file the run keeps."""
+    benchmark = fingerprint["benchmark"] if fingerprint["benchmark"] in builtin_benchmarks() else str(run_dir.spec)
+    args = [
+        "pytest",
+        f"--benchmark={benchmark}:{fingerprint['split']}",
+        f"--policy={fingerprint['policy']}",
+    ]
+    args += [f"--vla-tasks={','.join(fingerprint['tasks'])}", f"--episodes={fingerprint['episodes']}"]
+    args += [f"--vla-start-seed={fingerprint['start_seed']}", f"--vla-render={fingerprint['render']}"]
+    if fingerprint.get("num_envs", 1) > 1:
+        args.append(f"--vla-lockstep={fingerprint['num_envs']}")  # the same simulator batch, or another run
+    if fingerprint.get("order") == "reference":
+        args.append("--vla-reference-order")
+    args += extra
+    return shlex.join(args)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The ``vlaeval merge`` arguments."""
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    parser.add_argument("--out", type=Path, help="merged run directory [the first RUN_DIR]")
+    parser.add_argument(
+        "--benchmark", help="benchmark name or YAML file [the copy the run directories keep, else the built-in]"
+    )
+    parser.add_argument(
+        "--baseline", type=Path, metavar="DIR", help="judge the merged run against this run directory (fixed gate)"
+    )
+    parser.add_argument(
+        "--max-drop",
+        type=in_range(float, 0, 1),
+        default=0.05,
+        help="with --baseline: largest allowed split-SR drop [0.05]",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=in_range(float, 0, 1, open_ends="both"),
+        default=0.05,
+        help="with --baseline: the gate's error rate [0.05]",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """0, or with --baseline 6 on FAIL and 7 on UNDECIDED (as pytest's gate)."""
+    gate = GateOptions(args.baseline, args.max_drop, args.alpha) if args.baseline else None
+    try:
+        merged = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark, gate)
+    except (SpecError, ResultsUnwritable, FileNotFoundError) as exc:
+        print(f"vlaeval merge: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        print("vlaeval merge: interrupted; run it again to finish (what it copied is kept, whole)")
+        return 130
+    print("\n".join(merged.lines))
+    outcome = merged.verdict.outcome if merged.verdict else None
+    return EXIT_GATE_FAILED if outcome == FAIL else UNDECIDED_EXIT if outcome == UNDECIDED else 0

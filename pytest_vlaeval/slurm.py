@@ -1,0 +1,283 @@
+"""``vlaeval slurm``: a run as a Slurm job array of shards and a merge job that depends on it.
+
+    vlaeval slurm --shards 8 --time 2:00:00 --gres gpu:1 -- --benchmark=mikasa:short --policy=pkg:make
+    vlaeval slurm --complete RUN_DIR
+
+Each array task runs ``pytest ARGS --vla-shard=auto --vla-rerun=incomplete``: its shard from
+``SLURM_ARRAY_TASK_ID``, skipping what a requeued try already completed, writing only its own
+episode log into the run directory (a shared filesystem). The merge job runs ``vlaeval merge
+RUN_DIR`` once the array has ended (``--dependency=afterany``), however its tasks ended: the
+run's files and, with ``--baseline``, the fixed gate's verdict. ``--complete`` freezes the
+episodes still missing or errored into a list and sends exactly those, as a new array, then
+merges again. The run directory is the record of what finished (Slurm's accounting is often
+off); ``RUN_DIR/slurm/`` keeps the scripts as submitted, the job ids and Slurm's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results.rundir import RunDir
+
+SBATCH_OPTIONS = ("partition", "account", "qos", "time", "constraint", "gres", "gpus-per-task", "cpus-per-task", "mem")
+"""sbatch options passed through to the array (the merge job takes the first four and the constraint)."""
+MERGE_OPTIONS = ("partition", "account", "qos", "time", "constraint")
+WORKER_OPTIONS = ("-n", "--numprocesses", "--vla-placement", "--tx", "-d", "--dist")
+"""Options of pytest's that place workers: given, the array task keeps them; else it sets its own."""
+RERUN_OPTIONS = ("--vla-rerun", "--vla-resume")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What ``RUN_DIR/slurm/submissions.json`` keeps: how to submit more of this run, and what was."""
+
+    pytest_args: list[str]
+    shards: int
+    sbatch: dict[str, str]
+    merge_args: list[str]
+    python: str
+    workdir: str
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: Path) -> Submission:
+        """The file as written here, checked field by field (a run directory may come from elsewhere)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SpecError(f"{path}: cannot read it ({exc}); was the run submitted with vlaeval slurm?") from None
+        kinds = {"pytest_args": list, "shards": int, "sbatch": dict, "merge_args": list, "python": str, "workdir": str}
+        if not isinstance(data, dict) or any(not isinstance(data.get(k), t) for k, t in kinds.items()):
+            raise SpecError(f"{path}: not a vlaeval slurm submission (expected {', '.join(kinds)})")
+        strings = [*data["pytest_args"], *data["merge_args"], *data["sbatch"].keys(), *data["sbatch"].values()]
+        if not all(isinstance(s, str) and "\n" not in s for s in strings) or data["shards"] < 1:
+            raise SpecError(f"{path}: its arguments are not one-line strings, or it has no shard")
+        jobs = data.get("jobs", [])
+        return cls(**{k: data[k] for k in kinds}, jobs=jobs if isinstance(jobs, list) else [])
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+
+def locate_run(pytest_args: list[str]) -> Path:
+    """The run directory a pytest command line names, from a collect-only session in this process:
+    the plugin's checks run too, so a bad command line is one line here, before anything is submitted."""
+    import pytest
+
+    from pytest_vlaeval.configure import RUN_CONTEXT
+
+    class Probe:
+        run_dir: Path | None = None
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(self, config: pytest.Config) -> None:
+            run = config.stash.get(RUN_CONTEXT, None)
+            self.run_dir = run.run_dir if run is not None else None
+
+    probe = Probe()
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        pytest.main([*pytest_args, "--collect-only", "-q", "-p", "no:cacheprovider"], plugins=[probe])
+    if probe.run_dir is None:
+        said = [line.removeprefix("ERROR: ") for line in output.getvalue().splitlines() if line.strip()]
+        raise SpecError(f"pytest {shlex.join(pytest_args)}: {said[-1] if said else 'names no evaluation'}")
+    return probe.run_dir
+
+
+def array_script(submission: Submission, run_dir: Path, name: str, count: int, extra: list[str]) -> str:
+    """The sbatch script of an array of ``count`` shards."""
+    args = submission.pytest_args
+    placed = any(arg.split("=")[0] in WORKER_OPTIONS for arg in args)
+    rerun = [] if any(arg.split("=")[0] in RERUN_OPTIONS for arg in args) else ["--vla-rerun=incomplete"]
+    gpus = "gres" in submission.sbatch or "gpus-per-task" in submission.sbatch
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=vlaeval-{run_dir.name}",
+        f"#SBATCH --array=0-{count - 1}",
+        f"#SBATCH --output={RunDir(run_dir).slurm / 'logs'}/{name}_%A_%a.out",
+        *(f"#SBATCH --{option}={value}" for option, value in submission.sbatch.items()),
+        f"# pytest-vlaeval: {count} shards of {run_dir}, one per array task (--vla-shard=auto reads",
+        "# SLURM_ARRAY_TASK_ID); --vla-rerun=incomplete skips what a requeued try of this shard already finished.",
+        "set -u",
+        f"cd {shlex.quote(submission.workdir)}",
+    ]
+    command = [submission.python, "-m", "pytest", *args, *extra, "--vla-shard=auto", *rerun]
+    if placed:
+        lines.append(f"exec {shlex.join(command)}")
+    elif gpus:  # every GPU Slurm gave this task, a worker each
+        lines.append(f"exec {shlex.join([*command, '--vla-placement=all'])}")
+    else:  # a worker per CPU Slurm gave this task, serial on one
+        lines += [
+            'workers=(); if [ "${SLURM_CPUS_PER_TASK:-1}" -gt 1 ]; then workers=(-n "$SLURM_CPUS_PER_TASK"); fi',
+            f'exec {shlex.join(command)} "${{workers[@]}}"',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def merge_script(submission: Submission, run_dir: Path, name: str) -> str:
+    """The sbatch script of the merge that runs once the array has ended."""
+    options = {k: v for k, v in submission.sbatch.items() if k in MERGE_OPTIONS}
+    command = [submission.python, "-m", "pytest_vlaeval", "merge", str(run_dir), *submission.merge_args]
+    return (
+        "\n".join(
+            [
+                "#!/bin/bash",
+                f"#SBATCH --job-name=vlaeval-merge-{run_dir.name}",
+                f"#SBATCH --output={RunDir(run_dir).slurm / 'logs'}/{name}_%j.out",
+                *(f"#SBATCH --{option}={value}" for option, value in options.items()),
+                "# pytest-vlaeval: the run's files (and the gate's verdict) from every shard's episode log.",
+                "set -u",
+                f"cd {shlex.quote(submission.workdir)}",
+                f"exec {shlex.join(command)}",
+            ]
+        )
+        + "\n"
+    )
+
+
+def sbatch(script: Path, *options: str) -> str:
+    """Submit ``script``; its job id."""
+    done = subprocess.run(["sbatch", "--parsable", *options, str(script)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SpecError(f"sbatch {script.name} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+    return done.stdout.strip().split(";")[0]
+
+
+def submit(submission: Submission, run_dir: Path, episodes: list[tuple[str, int]] | None, dry_run: bool) -> list[str]:
+    """Write the array and merge scripts for the whole run (``episodes`` None) or for exactly
+    ``episodes``, and submit them unless ``dry_run``; the lines to print."""
+    slurm = RunDir(run_dir).slurm
+    number = len(submission.jobs) + 1
+    kind = "array" if episodes is None else "complete"
+    name = f"{kind}-{number}"
+    extra: list[str] = []
+    count = submission.shards
+    if episodes is not None:
+        listed = slurm / f"{name}.episodes.json"
+        extra = [f"--vla-episode-list={listed}"]
+        count = min(count, len(episodes))
+    array, merge = (
+        array_script(submission, run_dir, name, count, extra),
+        merge_script(submission, run_dir, f"merge-{number}"),
+    )
+    if dry_run:
+        return [f"# {slurm / f'{name}.sbatch'}", array, f"# {slurm / f'merge-{number}.sbatch'}", merge]
+    (slurm / "logs").mkdir(parents=True, exist_ok=True)
+    if episodes is not None:
+        listed.write_text(json.dumps([list(key) for key in episodes]) + "\n", encoding="utf-8")
+    (slurm / f"{name}.sbatch").write_text(array, encoding="utf-8")
+    (slurm / f"merge-{number}.sbatch").write_text(merge, encoding="utf-8")
+    array_job = sbatch(slurm / f"{name}.sbatch")
+    merge_job = sbatch(slurm / f"merge-{number}.sbatch", f"--dependency=afterany:{array_job}")
+    jobs = [*submission.jobs, {"kind": kind, "array_job": array_job, "merge_job": merge_job, "shards": count}]
+    Submission(**{**asdict(submission), "jobs": jobs}).write(RunDir(run_dir).slurm_submissions)
+    what = f"{count} shards" if episodes is None else f"{len(episodes)} missing or errored episodes in {count} shards"
+    return [
+        f"submitted array job {array_job} ({what}) and merge job {merge_job} (after it) for {run_dir}",
+        f"scripts, job ids and Slurm's output: {slurm}",
+        f"after the merge, if episodes are missing: vlaeval slurm --complete {shlex.quote(str(run_dir))}",
+    ]
+
+
+def still_queued(jobs: list[dict[str, Any]]) -> list[str]:
+    """This run's jobs that Slurm still holds (queued or running)."""
+    ours = {str(job.get(key)) for job in jobs for key in ("array_job", "merge_job")}
+    done = subprocess.run(["squeue", "-h", "-o", "%F %A"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SpecError(f"squeue failed: {done.stderr.strip()}")
+    return sorted(ours & set(done.stdout.split()))
+
+
+def incomplete_episodes(run_dir: Path) -> list[tuple[str, int]]:
+    """The run's episodes with no record or whose latest is an error, from its episode logs."""
+    from pytest_vlaeval.merge import selection_of
+    from pytest_vlaeval.results.latest import LatestRecords
+    from pytest_vlaeval.results.subset import still_to_run
+
+    selection = selection_of(run_dir)
+    return still_to_run(selection.episode_ids, LatestRecords.read(RunDir(run_dir)), "incomplete")
+
+
+def complete(run_dir: Path, dry_run: bool) -> list[str]:
+    submission = Submission.read(RunDir(run_dir).slurm_submissions)
+    queued = still_queued(submission.jobs)
+    if queued:
+        raise SpecError(
+            f"this run's jobs {', '.join(queued)} are still queued or running: wait for them, or scancel them"
+        )
+    missing = incomplete_episodes(run_dir)
+    if not missing:
+        return [
+            f"every episode of {run_dir} has a completed record: nothing to submit (vlaeval merge {shlex.quote(str(run_dir))} summarises it)"
+        ]
+    return submit(submission, run_dir, missing, dry_run)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The ``vlaeval slurm`` arguments."""
+    parser.add_argument("--shards", type=int, default=1, help="array tasks: shards of the run [1]")
+    for option in SBATCH_OPTIONS:
+        parser.add_argument(f"--{option}", metavar="VALUE", help=f"sbatch --{option} for the array tasks")
+    parser.add_argument("--baseline", metavar="DIR", help="the merge judges the run against it (fixed gate)")
+    parser.add_argument("--max-drop", metavar="X", help="with --baseline: vlaeval merge --max-drop")
+    parser.add_argument("--alpha", metavar="A", help="with --baseline: vlaeval merge --alpha")
+    parser.add_argument("--complete", type=Path, metavar="RUN_DIR", help="submit what a run still misses, then merge")
+    parser.add_argument("--dry-run", action="store_true", help="print the scripts instead of submitting them")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments of the run")
+
+
+def run(args: argparse.Namespace) -> int:
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    try:
+        if args.complete is not None:
+            if pytest_args:
+                raise SpecError(
+                    "--complete RUN_DIR submits with the run's own arguments (RUN_DIR/slurm/submissions.json)"
+                )
+            lines = complete(args.complete.resolve(), args.dry_run)
+        else:
+            lines = _first(args, pytest_args)
+    except SpecError as exc:
+        print(f"vlaeval slurm: {exc}")
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+def _first(args: argparse.Namespace, pytest_args: list[str]) -> list[str]:
+    if not pytest_args:
+        raise SpecError("give the run's pytest arguments after --, e.g. -- --benchmark=mikasa:short --policy=random")
+    if args.shards < 1:
+        raise SpecError(f"--shards must be at least 1, got {args.shards}")
+    refused = [arg for arg in pytest_args if arg.split("=")[0] in ("--vla-shard", "--vla-sequential", "--vla-baseline")]
+    if refused:
+        raise SpecError(
+            f"{refused[0]}: the array shards the run itself, and the sequential gate needs one session "
+            "(give a baseline to vlaeval slurm --baseline: the merge judges the whole run)"
+        )
+    sbatch_options = {
+        o: getattr(args, o.replace("-", "_")) for o in SBATCH_OPTIONS if getattr(args, o.replace("-", "_"))
+    }
+    if any(re.search(r"\s", value) for value in sbatch_options.values()):
+        raise SpecError("an sbatch option's value has a space, which an #SBATCH line cannot hold")
+    merge_args = [] if not args.baseline else [f"--baseline={Path(args.baseline).resolve()}"]
+    merge_args += [f"--{name}={value}" for name, value in (("max-drop", args.max_drop), ("alpha", args.alpha)) if value]
+    run_dir = locate_run(pytest_args).resolve()
+    if re.search(r"\s", str(run_dir)):
+        raise SpecError(f"{run_dir}: Slurm's #SBATCH --output cannot name a path with a space; choose --vla-results")
+    submission = Submission(pytest_args, args.shards, sbatch_options, merge_args, sys.executable, str(Path.cwd()))
+    kept = RunDir(run_dir).slurm_submissions
+    if kept.exists() and not args.dry_run:  # a later submission of the same run: its jobs are counted on
+        submission = Submission(**{**asdict(submission), "jobs": Submission.read(kept).jobs})
+    return submit(submission, run_dir, None, args.dry_run)

@@ -1,0 +1,40 @@
+"""Each xdist worker's share of the cores for the math libraries' thread pools (``cpu_share``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from helpers import environ_restored
+
+from pytest_vlaeval.distribute import cpu_share
+
+
+@pytest.fixture(autouse=True)
+def _thread_variables_restored() -> Iterator[None]:
+    """``share_cpu_threads`` sets these with ``os.environ.setdefault``; later tests (the real sessions
+    that check each worker's share) must not inherit a count set here."""
+    with environ_restored(*cpu_share.THREAD_VARIABLES):
+        yield
+
+
+@pytest.mark.parametrize(("workers", "threads"), [(None, None), ("1", None), ("4", "4"), ("32", "1")])
+def test_a_worker_sizes_the_math_libraries_pools_to_its_share(
+    workers: str | None, threads: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N xdist workers on 16 cores: OMP, MKL and OpenBLAS get 16 / N threads each; serial keeps their defaults."""
+    monkeypatch.setattr(cpu_share.os, "sched_getaffinity", lambda pid: set(range(16)))
+    for name in cpu_share.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    if workers is None:
+        monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+    monkeypatch.setitem(cpu_share.sys.modules, "torch", None)  # not imported yet
+    cpu_share.share_cpu_threads()
+    assert [os.environ.get(name) for name in cpu_share.THREAD_VARIABLES] == [threads] * 3
+    if threads:
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        cpu_share.share_cpu_threads()
+        assert os.environ["OMP_NUM_THREADS"] == "3", "the user's own setting wins"

@@ -1,0 +1,139 @@
+"""The run's store (``store``): the run directory's name, the durable episode log and the latest
+attempt read back from it, the fingerprint, files that honour the umask, and what sessions do to
+one store: concurrent shards, a damaged line, a results location that cannot be written."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_usage_error, episode_records, read_json, record, run_dir, usage_error
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.store import RunStore, run_dir_name
+from pytest_vlaeval.spec import resolve_benchmark, select
+
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
+
+
+def test_run_dir_name_is_deterministic_and_separates_selections() -> None:
+    benchmark, _ = resolve_benchmark("mikasa")
+    full = select(benchmark, "short")
+    assert run_dir_name(full, "my_pkg.policies:make_policy") == "mikasa-short-my_pkg.policies_make_policy"
+    narrowed = select(benchmark, "short", env_ids=["InterceptSlow-VLA-v0"])
+    assert run_dir_name(narrowed, "random") == run_dir_name(narrowed, "random") != run_dir_name(full, "random")
+    assert run_dir_name(select(benchmark, "short", episodes=5), "random") != run_dir_name(full, "random")
+
+
+def test_store_keeps_the_latest_attempt_and_ignores_a_torn_line(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.append(record("A", 1, "failure", time="2026-01-01T00:00:01"))
+    store.append(record("A", 2, "success", time="2026-01-01T00:00:02"))
+    store.close()
+    later = RunStore(tmp_path)
+    later.append(dataclasses.replace(record("A", 1, "success", time="2026-01-01T00:00:03"), attempt=2))
+    later.close()
+    log = next((tmp_path / "episodes").glob("*.jsonl"))
+    with log.open("a") as f:
+        f.write('{"task": "A", "seed": 3, "outc')  # a crash mid-write
+    loaded = LatestRecords.read(RunDir(tmp_path))
+    assert sorted(loaded) == [("A", 1), ("A", 2)]
+    assert loaded[("A", 1)].outcome == "success" and loaded[("A", 1)].attempt == 2
+
+
+def test_store_refuses_a_different_fingerprint(tmp_path: Path) -> None:
+    RunStore(tmp_path).claim({"policy": "random", "episodes": 50})
+    RunStore(tmp_path).claim({"policy": "random", "episodes": 50})
+    with pytest.raises(SpecError, match=r"different fingerprint \(episodes: 50 -> 2\)"):
+        RunStore(tmp_path).claim({"policy": "random", "episodes": 2})
+
+
+BARRIER = """
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+class Together:
+    '''Starts acting only once both sessions have built their policy, so both read the run's
+    store before either writes to it.'''
+
+    chunk_size = 1
+
+    def __init__(self):
+        Path(f"started-{os.getpid()}").touch()
+        deadline = time.monotonic() + 60
+        while len(list(Path().glob("started-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        return np.zeros(7)
+"""
+
+
+def test_concurrent_shards_into_one_run_leave_a_summary_of_everything_stored(fake: pytest.Pytester) -> None:
+    fake.makepyfile(together=BARRIER)
+    shards = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pytest", *SHORT, "--policy=together:Together", f"--vla-shard={i}/2"],
+            cwd=fake.path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in (1, 2)
+    ]
+    assert [shard.wait(120) for shard in shards] == [pytest.ExitCode.TESTS_FAILED] * 2
+    directory = run_dir(fake)
+    summary = read_json(directory / "summary.json")
+    assert len(episode_records(directory)) == 6
+    assert (summary["n_completed"], summary["n_missing"], summary["tasks_without_results"]) == (6, 0, [])
+    assert all(read_json(directory / f"{task}.json")["complete"] for task in ("Alpha-v0", "Beta-v0"))
+
+
+@pytest.mark.parametrize("where", ["a-regular-file", "/proc/self/results"])
+def test_an_unusable_results_location_stops_in_one_line_before_any_episode(fake: pytest.Pytester, where: str) -> None:
+    (fake.path / "a-regular-file").write_text("not a directory\n")
+    result = fake.runpytest(*SHORT, f"--vla-results={where}")
+    assert_one_line_usage_error(result, "cannot write results to ")
+    assert "choose a writable --vla-results" in usage_error(result)
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_a_damaged_store_line_is_refused_naming_file_line_and_repair(fake: pytest.Pytester) -> None:
+    args = [*SHORT, "--vla-tasks=Alpha-v0"]
+    fake.runpytest(*args)
+    (log,) = (run_dir(fake) / "episodes").glob("*.jsonl")
+    lines = log.read_text().splitlines(keepends=True)
+    torn = lines[-1][:20]  # a crash mid-write: an unterminated last line is passed over silently
+    log.write_text("".join(lines) + torn)
+    assert fake.runpytest(*args, "--vla-resume").ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    log.write_text(lines[0] + '{"task": "Alpha-v0", "se\n' + "".join(lines[2:]))
+    result = fake.runpytest(*args, "--vla-resume")
+    assert_one_line_usage_error(result, f"{log} line 2 is not an episode record (JSONDecodeError")
+    assert f"remove it with: sed -i '2d' '{log}'" in usage_error(result)
+    subprocess.run(["sed", "-i", "2d", str(log)], check=True)
+    repaired = fake.runpytest(*args, "--vla-resume")
+    repaired.stdout.fnmatch_lines(["*1 of 3 episodes selected*"])
+    assert read_json(run_dir(fake) / "summary.json")["n_missing"] == 0
+
+
+def test_canonical_files_honour_the_umask(fake: pytest.Pytester) -> None:
+    previous = os.umask(0o022)
+    try:
+        fake.runpytest(*SHORT, "--vla-tasks=Alpha-v0", "--episodes=1")
+    finally:
+        os.umask(previous)
+    directory = run_dir(fake)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in directory.iterdir() if p.suffix in (".json", ".md", ".png")}
+    assert set(modes) >= {"summary.json", "Alpha-v0.json", "fingerprint.json", "policy.json", "report.md"}
+    assert set(modes.values()) == {0o644}, modes

@@ -1,0 +1,82 @@
+"""Session wiring (``plugin.py``'s options, ``configure.py``): without ``--benchmark`` the plugin
+is inert; with it, bad input stops the session in one line before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import CONFIGURED, assert_one_line_usage_error, usage_error
+
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
+
+
+def test_inert_without_benchmark_and_imports_nothing_heavy(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_user="""
+        import sys
+
+        def test_user_test_runs(pytestconfig):
+            assert pytestconfig.pluginmanager.hasplugin("vlaeval")
+            heavy = {"torch", "gymnasium", "mani_skill", "sapien", "yaml", "rich"} & set(sys.modules)
+            assert not heavy, heavy
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--benchmark=shortt"], "unknown benchmark 'shortt'; valid: short, medium, long, all, "),
+        (
+            ["--benchmark=fake.yaml:medium"],
+            "unknown split 'medium' for benchmark 'fake'; valid: short, long, extra, crash, flaky, all",
+        ),
+        (
+            ["--benchmark=fake.yaml:short", "--vla-tasks=Alpha-v0,Gama-v0"],
+            "unknown task 'Gama-v0' in split 'short' of 'fake'; valid: Alpha-v0, Beta-v0",
+        ),
+        (["--benchmark=nope.yaml"], "benchmark file 'nope.yaml' not found"),
+        (
+            ["--benchmark=fake.yaml", "--policy=no_such_module:make"],
+            "--policy 'no_such_module:make': module 'no_such_module' is not importable",
+        ),
+        (["--benchmark=fake.yaml", "--policy=randm"], "--policy 'randm': expected module:attr or one of random, zero"),
+        (["--benchmark=fake.yaml", "--episodes=0"], "--episodes must be at least 1, got 0"),
+    ],
+)
+def test_bad_input_is_one_clear_line(fake: pytest.Pytester, args: list[str], expected: str) -> None:
+    result = fake.runpytest(*args)
+    assert_one_line_usage_error(result, expected)
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("--vla-timeout=-5", "argument --vla-timeout: must be in (0, inf), got -5"),
+        ("--vla-timeout=0", "argument --vla-timeout: must be in (0, inf), got 0"),
+        ("--vla-timeout=nan", "argument --vla-timeout: must be in (0, inf), got nan"),
+        ("--vla-timeout=inf", "argument --vla-timeout: must be in (0, inf), got inf"),
+        ("--vla-retries=-1", "argument --vla-retries: must be in [0, inf), got -1"),
+        ("--vla-max-drop=1.5", "argument --vla-max-drop: must be in [0, 1], got 1.5"),
+        ("--vla-gate-alpha=1", "argument --vla-gate-alpha: must be in (0, 1), got 1"),
+        ("--vla-gate-alpha=0", "argument --vla-gate-alpha: must be in (0, 1), got 0"),
+        ("--episodes=0", "--episodes must be at least 1, got 0"),
+        ("--vla-start-seed=-1", "argument --vla-start-seed: must be in [0, inf), got -1"),
+        ("--vla-shard=3/2", "--vla-shard '3/2': expected I/N with 1 <= I <= N"),
+    ],
+)
+def test_numeric_options_out_of_range_stop_in_one_line_before_anything_runs(
+    fake: pytest.Pytester, option: str, expected: str
+) -> None:
+    result = fake.runpytest(*SHORT, option)
+    assert_one_line_usage_error(result, expected)
+    assert not (fake.path / "results").exists()
+
+
+def test_a_policy_attribute_typo_stops_before_any_worker_starts(fake: pytest.Pytester) -> None:
+    fake.makepyfile(policies=CONFIGURED)
+    result = fake.runpytest(*SHORT, "--policy=policies:Configurd", "-n", "2")
+    assert_one_line_usage_error(result, "module 'policies' (")
+    assert "defines no 'Configurd'" in usage_error(result)
+    assert not (fake.path / "results").exists()

@@ -1,0 +1,204 @@
+"""``vlaeval slurm`` against a real one-node Slurm cluster (slurmctld, slurmd and munged, started
+for this module): an array of shards and its dependent merge give what one local session gives;
+a cancelled array task and a killed shard leave a partial run that says so, and ``--complete``
+runs exactly what is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import episode_records, read_json
+from slurm_cluster import one_node_cluster, wait_for_jobs
+
+pytestmark = pytest.mark.slurm
+
+RUN = ["--benchmark=fake.yaml:short", "--policy=random", "--vla-results=cluster"]
+JOBS_S = 240
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    with one_node_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield env
+
+
+def vlaeval_slurm(fake: pytest.Pytester, cluster: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    command = [sys.executable, "-m", "pytest_vlaeval", "slurm", *args]
+    return subprocess.run(command, cwd=fake.path, env={**env, **cluster}, capture_output=True, text=True, timeout=120)
+
+
+def submitted(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The array and merge job ids ``vlaeval slurm`` printed."""
+    found = re.search(r"submitted array job (\d+) .* and merge job (\d+) \(after it\)", done.stdout)
+    assert done.returncode == 0 and found, done.stdout + done.stderr
+    return [found.group(1), found.group(2)]
+
+
+def merge_output(run: Path, number: int) -> str:
+    (log,) = (run / "slurm" / "logs").glob(f"merge-{number}_*.out")
+    return log.read_text()
+
+
+def outcomes(run: Path) -> dict[tuple[str, int], tuple[str, float, int]]:
+    return {key: (r["outcome"], r["episode_return"], r["length"]) for key, r in episode_records(run).items()}
+
+
+def test_an_array_of_three_shards_and_its_merge_equal_one_local_session(
+    fake: pytest.Pytester, cluster: dict[str, str]
+) -> None:
+    jobs = submitted(vlaeval_slurm(fake, cluster, "--shards", "3", "--", *RUN))
+    wait_for_jobs(cluster, jobs, JOBS_S)
+    (run,) = (fake.path / "cluster").iterdir()
+    labels = sorted(re.search(r"shard\d+of3", log.name).group() for log in (run / "episodes").iterdir())
+    assert labels == ["shard1of3", "shard2of3", "shard3of3"], "one log per shard, no other"
+    merged = merge_output(run, 1)
+    assert "episodes: 6 completed, 0 errors, 0 missing of 6" in merged, merged
+    assert re.search(r"shards finished over \d+ s: first shard \d/3 at ", merged), merged
+    local = fake.runpytest_subprocess(*RUN[:2], "--vla-results=local", "-p", "no:cacheprovider")
+    assert local.ret == pytest.ExitCode.TESTS_FAILED or local.ret == pytest.ExitCode.OK
+    (alone,) = (fake.path / "local").iterdir()
+    assert outcomes(run) == outcomes(alone)
+    for name in ("summary.json", "Alpha-v0.json", "Beta-v0.json"):
+        ours, theirs = read_json(run / name), read_json(alone / name)
+        for volatile in ("written_at", "model"):
+            ours.pop(volatile, None)
+            theirs.pop(volatile, None)
+        assert ours == theirs, name
+    for name in ("report.html", "report.md", "slurm/array-1.sbatch", "slurm/merge-1.sbatch"):
+        assert (run / name).is_file(), name
+    kept = json.loads((run / "slurm" / "submissions.json").read_text())
+    assert [job["array_job"] for job in kept["jobs"]] == [jobs[0]] and kept["pytest_args"] == RUN
+
+
+def slow_array(fake: pytest.Pytester, cluster: dict[str, str]) -> tuple[list[str], Path]:
+    """3 shards of 12 episodes of about a second each; the job ids and the run directory."""
+    fake.makepyfile(spy_policies=(Path(__file__).parent / "spy_policies.py").read_text())
+    run_args = [*RUN[:1], "--policy=spy_policies:Slow", "--vla-results=cluster", "--episodes=6"]
+    jobs = submitted(vlaeval_slurm(fake, cluster, "--shards", "3", "--", *run_args))
+    return jobs, fake.path / "cluster" / next(p.name for p in _wait_for_dir(fake.path / "cluster"))
+
+
+def test_a_cancelled_array_task_is_completed_with_exactly_what_it_missed(
+    fake: pytest.Pytester, cluster: dict[str, str]
+) -> None:
+    jobs, run = slow_array(fake, cluster)
+    victim = _wait_for_a_record(run, "shard2of3")
+    subprocess.run(["scancel", f"{jobs[0]}_1"], env={**os.environ, **cluster}, check=True)
+    wait_for_jobs(cluster, jobs, JOBS_S)
+    first = episode_records(run)
+    assert victim in first and len(first) < 12, "the cancelled task left its shard part done"
+    assert f"vlaeval slurm --complete {run}" in merge_output(run, 1)
+    before = {log.name: log.read_bytes() for log in (run / "episodes").iterdir()}
+
+    again = submitted(vlaeval_slurm(fake, cluster, "--complete", str(run)))
+    wait_for_jobs(cluster, again, JOBS_S)
+    assert "episodes: 12 completed, 0 errors, 0 missing of 12" in merge_output(run, 2)
+    listed = json.loads((run / "slurm" / "complete-2.episodes.json").read_text())
+    assert sorted(map(tuple, listed)) == sorted(set(episode_records(run)) - set(first)), "exactly what was missing"
+    after = [line for log in (run / "episodes").iterdir() for line in log.read_text().splitlines()]
+    keys = [(r["task"], r["seed"]) for r in map(json.loads, after)]
+    assert len(keys) == len(set(keys)) == 12, "no episode ran twice"
+    for name, content in before.items():
+        assert (run / "episodes" / name).read_bytes() == content, "the first array's logs are left as they were"
+    assert read_json(run / "summary.json")["partial"] is False
+
+
+def test_a_killed_shard_leaves_a_partial_run_that_names_what_is_missing(
+    fake: pytest.Pytester, cluster: dict[str, str]
+) -> None:
+    jobs, run = slow_array(fake, cluster)
+    _wait_for_a_record(run, "shard3of3")
+    os.kill(_array_task_pid(jobs[0], "2"), signal.SIGKILL)  # the shard's pytest, as the OOM killer would
+    wait_for_jobs(cluster, jobs, JOBS_S)
+    merged = merge_output(run, 1)
+    summary = read_json(run / "summary.json")
+    assert summary["partial"] is True and summary["n_missing"] > 0, merged
+    assert f"{summary['n_missing']} missing of 12" in merged
+    assert "fill the gaps with: pytest " in merged and f"vlaeval slurm --complete {run}" in merged
+
+
+def _wait_for_dir(results: Path) -> list[Path]:
+    deadline = time.monotonic() + JOBS_S
+    while not results.is_dir() or not list(results.iterdir()):
+        assert time.monotonic() < deadline, "no run directory appeared"
+        time.sleep(0.2)
+    return list(results.iterdir())
+
+
+def _wait_for_a_record(run: Path, label: str) -> tuple[str, int]:
+    """The first episode a shard recorded, once it has one."""
+    deadline = time.monotonic() + JOBS_S
+    while True:
+        logs = list((run / "episodes").glob(f"*-{label}.jsonl")) if (run / "episodes").is_dir() else []
+        lines = [line for log in logs for line in log.read_text().splitlines() if line.endswith("}")]
+        if lines:
+            record = json.loads(lines[0])
+            return record["task"], record["seed"]
+        assert time.monotonic() < deadline, f"{label} recorded nothing"
+        time.sleep(0.2)
+
+
+def _array_task_pid(array_job: str, task: str) -> int:
+    """The pytest process of one array task (the batch script execs it)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = dict(item.split("=", 1) for item in (proc / "environ").read_text().split("\0") if "=" in item)
+            command = (proc / "cmdline").read_text()
+        except (OSError, ValueError):
+            continue
+        if (
+            environ.get("SLURM_ARRAY_JOB_ID") == array_job
+            and environ.get("SLURM_ARRAY_TASK_ID") == task
+            and "pytest" in command
+        ):
+            return int(proc.name)
+    raise AssertionError(f"no process of array task {array_job}_{task}")
+
+
+@pytest.mark.mikasa
+def test_a_real_mikasa_array_merges_to_what_a_local_session_records(tmp_path: Path, cluster: dict[str, str]) -> None:
+    """2 shards x 2 short tasks x 2 seeds on the cluster, beside the same episodes in one local session."""
+    run_args = [
+        "--benchmark=short",
+        "--vla-tasks=RememberColor3-VLA-v0,InterceptSlow-VLA-v0",
+        "--episodes=2",
+        "--policy=random",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval", "slurm", "--shards", "2", "--", *run_args, "--vla-results=cluster"],
+        cwd=tmp_path,
+        env={**env, **cluster},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    jobs = submitted(done)
+    local = subprocess.run(  # while the array runs
+        [sys.executable, "-m", "pytest", *run_args, "--vla-results=local", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert local.returncode in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), local.stdout[-2000:]
+    wait_for_jobs(cluster, jobs, 900)
+    (run,) = (tmp_path / "cluster").iterdir()
+    (alone,) = (tmp_path / "local").iterdir()
+    assert "episodes: 4 completed, 0 errors, 0 missing of 4" in merge_output(run, 1)
+    assert len(list((run / "episodes").iterdir())) == 2, "one log per shard"
+    assert outcomes(run) == outcomes(alone) and len(outcomes(run)) == 4
+    ours, theirs = read_json(run / "summary.json"), read_json(alone / "summary.json")
+    for field in ("sr_split", "per_task_sr", "per_task_mean_return", "n_completed", "partial"):
+        assert ours[field] == theirs[field], field
