@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --libero
 ./scripts/install_browser.sh
-./scripts/install_slurm.sh
+./scripts/install_cluster_tools.sh
 exec .venv/bin/python -m pytest --durations=20 "$@"

@@ -1,7 +1,7 @@
 """A real one-node Slurm cluster for the tests: munged, slurmctld and slurmd as child processes
 of the test session, every file (key, socket, state, spool, logs) in a temporary directory, on
 free ports, so it touches nothing of the machine's own. Needs Debian's slurm-wlm and munge
-(``scripts/install_slurm.sh``) and root (slurmd runs jobs as their user)."""
+(``scripts/install_cluster_tools.sh``) and root (slurmd runs jobs as their user)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def one_node_cluster(root: Path) -> Iterator[dict[str, str]]:
     """Start the cluster; yields the environment its commands need (``SLURM_CONF``)."""
     missing = [name for name in NEEDED if shutil.which(name) is None]
     if missing:
-        pytest.fail(f"Slurm is not installed here ({', '.join(missing)} missing): run scripts/install_slurm.sh")
+        pytest.fail(f"Slurm is not installed here ({', '.join(missing)} missing): run scripts/install_cluster_tools.sh")
     if os.geteuid() != 0:
         pytest.fail("the one-node Slurm cluster runs slurmd as root: run the Slurm tests as root")
     for folder in ("state", "spool", "log", "munge"):

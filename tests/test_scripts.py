@@ -288,3 +288,15 @@ def test_smoke_measures_evaluations_beside_a_plain_test() -> None:
         assert all(float(value) > 0 for value in row[2:6]), row
         assert row[6].endswith("x") and row[7].endswith("x"), row
     assert rows[0][7] == "1.00x"  # each size against the first
+
+
+def test_bench_cluster_smoke_merges_every_record_and_times_the_shards() -> None:
+    done = run_script("bench_cluster.py", "--smoke")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    merges = [line.split() for line in lines[: lines.index(next(x for x in lines if x.startswith("shards:")))]]
+    merges = [row for row in merges if row[0].isdigit()]
+    assert [row[0] for row in merges] == ["180", "360"], done.stdout  # the script checks each merged every record
+    assert all(float(row[1]) > 0 and float(row[4]) > 0 for row in merges) and merges[0][3] == "1.00x"
+    local, shards, merge, overhead, _ = lines[-1].split()
+    assert float(local) > 0 and float(shards) > 0 and float(merge) > 0 and overhead.endswith("%"), done.stdout

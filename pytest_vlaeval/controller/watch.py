@@ -168,8 +168,8 @@ def worker_ender(gateway: Any, cut_off: set[str]) -> Callable[[], str]:
     id. A remote one's process id names a process on its own host (and in its own PID namespace):
     signalling that number here would hit an unrelated local process. Its connection is closed
     instead, so xdist counts the worker as lost and the session goes on without a replacement on
-    that host (``keep_cut_off_workers_down``); the line says where it runs, for whoever must end it
-    there."""
+    that host (``keep_cut_off_workers_down``); the line says where it runs (an ssh spec's destination,
+    its last word), for whoever must end it there."""
     spec, pid = gateway.spec, gateway._rinfo().pid
     if spec.popen and not spec.via:
 
@@ -179,10 +179,12 @@ def worker_ender(gateway: Any, cut_off: set[str]) -> Callable[[], str]:
             return "ending it; xdist replaces it"
 
         return end_local
-    where = spec.socket or spec.ssh or spec.via or "another host"
+    where = spec.socket or (spec.ssh.split()[-1] if spec.ssh else None) or spec.via or "another host"
 
     def end_remote() -> str:
         cut_off.add(gateway.id)
+        with contextlib.suppress(OSError, AttributeError):
+            gateway._io.kill()  # an ssh worker's connection is a local ssh process: end it first, or exit() blocks
         gateway.exit()
         with contextlib.suppress(OSError, AttributeError):
             gateway._io.close_read()  # a frozen peer never closes its side: stop waiting on it here
@@ -203,6 +205,8 @@ def keep_cut_off_workers_down(dsession: Any, cut_off: set[str]) -> None:
     def clone_unless_cut_off(node: Any) -> Any:
         if node.gateway.id in cut_off:
             dsession.report_line(f"not replacing {node.gateway.id}: its host stopped answering")
+            if not [other for other in dsession._active_nodes if other is not node]:
+                dsession.triggershutdown()  # nobody is left to run what it held: end (the rest is recorded as lost)
             return None
         return clone(node)
 
