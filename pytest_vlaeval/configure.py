@@ -126,7 +126,8 @@ def _prepare_controller(
     config: pytest.Config, run: RunContext, store: RunStore
 ) -> tuple[FixedGate | SequentialGate | None, str | None]:
     """Check, claim the store and start ``--vla-serve``'s server; returns the gate and the server's address."""
-    from pytest_vlaeval.distribute import placement, scheduler
+    from pytest_vlaeval.distribute import scheduler
+    from pytest_vlaeval.distribute.backends import place_workers
     from pytest_vlaeval.envs import render
     from pytest_vlaeval.episodes.runner import vectorized
     from pytest_vlaeval.results.store import fingerprint
@@ -136,7 +137,7 @@ def _prepare_controller(
         if config.getoption("vla_gate_plan"):
             _print_plan(gate, run)
         sequential = gate if run.sequential else None
-        placement.apply(config)  # before xdist's own pytest_configure reads -n/--tx
+        place_workers(config)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(
             config,
             run.selection,

@@ -138,6 +138,7 @@ def _selection(benchmark: Benchmark, reference: Fingerprint) -> Selection:
         env_ids=reference["tasks"],
         start_seed=reference["start_seed"],
         episodes=reference["episodes"],
+        collected=False,  # a merge collects no items: a run of any size is summarised
     )
 
 

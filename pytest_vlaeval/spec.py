@@ -306,8 +306,11 @@ def select(
     env_ids: list[str] | None = None,
     start_seed: int | None = None,
     episodes: int | None = None,
+    collected: bool = True,
 ) -> Selection:
-    """Choose the run's tasks: a split (or ``all``), narrowed by explicit env ids."""
+    """Choose the run's tasks: a split (or ``all``), narrowed by explicit env ids. A selection a
+    session will collect as items is held to ``MAX_EPISODES``; one only summarised (a merge of
+    the records a run's shards left) is not."""
     if split != ALL_SPLITS and split not in benchmark.splits:
         raise SpecError(
             f"unknown split {split!r} for benchmark {benchmark.name!r}; valid: {_names([*benchmark.splits, ALL_SPLITS])}"
@@ -324,7 +327,7 @@ def select(
     if episodes < 1:
         raise SpecError(f"--episodes must be at least 1, got {episodes}")
     total = len(tasks) * episodes
-    if total > MAX_EPISODES:
+    if collected and total > MAX_EPISODES:
         gigabytes = total * COLLECTED_BYTES_PER_EPISODE / 1e9
         minutes = total * COLLECTED_SECONDS_PER_EPISODE / 60
         raise SpecError(

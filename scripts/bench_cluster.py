@@ -48,7 +48,7 @@ def synthetic_run(root: Path, seeds: int, shards: int) -> Path:
     listed = "\n".join(f"  - {{env_id: Task{i}-v0, split: main, max_steps: 100}}" for i in range(TASKS))
     yaml = root / "bench.yaml"
     yaml.write_text(bench_controller.BENCHMARK_YAML.format(tasks=listed).replace("episodes: 1", f"episodes: {seeds}"))
-    selection = select(load_benchmark(yaml), "main")
+    selection = select(load_benchmark(yaml), "main", collected=False)
     run = root / "run"
     (run / "episodes").mkdir(parents=True)
     (run / "fingerprint.json").write_text(json.dumps(fingerprint(selection, "zero", "cpu"), indent=2))

@@ -176,3 +176,20 @@ def perfect_baseline(run: Path, directory: Path, tasks: tuple[str, ...] = ("Alph
         data["sr"] = 1.0
         (directory / f"{env_id}.json").write_text(json.dumps(data))
     return directory
+
+
+FREEZES = """
+import os
+import signal
+
+from fake_env_base import *  # noqa: F403  (the fake benchmark's env, frozen at its first step here)
+from fake_env_base import FakeEnv, make_env as base_make_env
+
+
+def make_env(task, benchmark, render_request):
+    env = base_make_env(task, benchmark, render_request)
+    env.step = lambda action: os.kill(os.getpid(), signal.SIGSTOP)
+    return env
+"""
+"""A remote host's ``fake_env.py`` (the fake benchmark's env saved beside it as ``fake_env_base.py``)
+whose worker stops itself (SIGSTOP) at its first step: a frozen worker on another host."""

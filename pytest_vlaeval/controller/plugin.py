@@ -22,7 +22,8 @@ from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
 from pytest_vlaeval.controller.report import completion_command, render_summary
 from pytest_vlaeval.controller.run_writer import RunWriter
-from pytest_vlaeval.controller.watch import EpisodeWatch, holder, keep_cut_off_workers_down, worker_ender
+from pytest_vlaeval.controller.watch import EpisodeWatch, holder
+from pytest_vlaeval.distribute.backends import backend_of, keep_cut_off_workers_down
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
@@ -89,7 +90,8 @@ class ResultsController:
         """Note the worker's process, for the watch to end it if it freezes (xdist has the
         worker's process info at hand: it is asked for once when the worker is set up)."""
         if self.watch is not None:
-            self.watch.worker_ready(node.gateway.id, worker_ender(node.gateway, self.watch.cut_off))
+            ender = backend_of(node.gateway.spec).ender(node.gateway, self.watch.cut_off)
+            self.watch.worker_ready(node.gateway.id, ender)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         key = self.ledger.scheduled.get(nodeid)

@@ -6,9 +6,9 @@ Under xdist the controller watches from outside, on a thread of its own (a seria
 worker: its output is pytest's capture while an episode runs, and it has no process to spare):
 
 - with ``--vla-timeout``, a worker that has held one episode past the most its attempts may take
-  (``HARD_FACTOR`` times the limit, per attempt) and ``FROZEN_GRACE_S`` more is ended with
-  SIGKILL; xdist replaces it as after a crash, and the episode becomes a crash record (an
-  infrastructure error, not a policy failure);
+  (``HARD_FACTOR`` times the limit, per attempt) and ``FROZEN_GRACE_S`` more is ended as its
+  backend ends one (``distribute/backends.py``: SIGKILL on this host, the connection closed to
+  another); the episode becomes a crash record (an infrastructure error, not a policy failure);
 - without it, once an episode has run far past the typical one (``STALL_FACTOR`` times the median
   so far, and at least ``STALL_FLOOR_S``), the progress output says which worker has been on
   which episode for how long.
@@ -16,15 +16,11 @@ worker: its output is pytest's capture while an episode runs, and it has no proc
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -79,7 +75,7 @@ class EpisodeWatch:
         self._lock = threading.Lock()
         self._held: dict[str, Held] = {}
         self._enders: dict[str, Callable[[], str]] = {}
-        """How to end each worker: a callable that ends it and says how (``worker_ender``)."""
+        """How to end each worker: a callable that ends it and says how (its backend's ``ender``)."""
         self.cut_off: set[str] = set()
         """Remote workers whose connection the watch closed: their host may be frozen too."""
         self._durations: list[float] = []
@@ -161,56 +157,6 @@ class EpisodeWatch:
 
 def _seconds(value: float) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f}min"
-
-
-def worker_ender(gateway: Any, cut_off: set[str]) -> Callable[[], str]:
-    """How the watch ends a frozen worker. One on this host (``popen``) gets SIGKILL by its process
-    id. A remote one's process id names a process on its own host (and in its own PID namespace):
-    signalling that number here would hit an unrelated local process. Its connection is closed
-    instead, so xdist counts the worker as lost and the session goes on without a replacement on
-    that host (``keep_cut_off_workers_down``); the line says where it runs (an ssh spec's destination,
-    its last word), for whoever must end it there."""
-    spec, pid = gateway.spec, gateway._rinfo().pid
-    if spec.popen and not spec.via:
-
-        def end_local() -> str:
-            with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
-                os.kill(pid, signal.SIGKILL)
-            return "ending it; xdist replaces it"
-
-        return end_local
-    where = spec.socket or (spec.ssh.split()[-1] if spec.ssh else None) or spec.via or "another host"
-
-    def end_remote() -> str:
-        cut_off.add(gateway.id)
-        with contextlib.suppress(OSError, AttributeError):
-            gateway._io.kill()  # an ssh worker's connection is a local ssh process: end it first, or exit() blocks
-        gateway.exit()
-        with contextlib.suppress(OSError, AttributeError):
-            gateway._io.close_read()  # a frozen peer never closes its side: stop waiting on it here
-        return (
-            f"it runs on {where} (process {pid} there), which cannot be signalled from here: its connection is "
-            f"closed and the session goes on without it; end process {pid} on {where} if it still runs"
-        )
-
-    return end_remote
-
-
-def keep_cut_off_workers_down(dsession: Any, cut_off: set[str]) -> None:
-    """xdist replaces a lost worker with a new one of the same spec; for a remote worker the watch
-    cut off, that means connecting to a host that may be frozen too, and waiting on it forever.
-    Such a worker is not replaced (xdist's ``DSession._clone_node``, wrapped); others are."""
-    clone = dsession._clone_node
-
-    def clone_unless_cut_off(node: Any) -> Any:
-        if node.gateway.id in cut_off:
-            dsession.report_line(f"not replacing {node.gateway.id}: its host stopped answering")
-            if not [other for other in dsession._active_nodes if other is not node]:
-                dsession.triggershutdown()  # nobody is left to run what it held: end (the rest is recorded as lost)
-            return None
-        return clone(node)
-
-    dsession._clone_node = clone_unless_cut_off
 
 
 def holder(config: pytest.Config, nodeid: str) -> str | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import execnet.script.socketserver as execnet_socketserver
 import pytest
-from helpers import TESTS, episode_records, read_json, run_dir
+from helpers import FREEZES, TESTS, episode_records, read_json, run_dir
 
 
 def free_port() -> int:
@@ -72,21 +72,6 @@ def test_socket_workers_send_their_episodes_to_the_controller(fake: pytest.Pytes
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 6
     hosts = [Path(spec.split("//chdir=")[1]) for spec in socket_hosts]
     assert not any((host / "results").exists() for host in hosts), "results live on the controller"
-
-
-FREEZES = """
-import os
-import signal
-
-from fake_env_base import *  # noqa: F403  (the fake benchmark's env, frozen at its first step here)
-from fake_env_base import FakeEnv, make_env as base_make_env
-
-
-def make_env(task, benchmark, render_request):
-    env = base_make_env(task, benchmark, render_request)
-    env.step = lambda action: os.kill(os.getpid(), signal.SIGSTOP)
-    return env
-"""
 
 
 def test_a_frozen_remote_worker_is_cut_off_and_no_local_process_is_signalled(

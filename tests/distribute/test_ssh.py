@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import TESTS, episode_records, read_json, run_dir
+from helpers import FREEZES, TESTS, episode_records, read_json, run_dir
 
 pytestmark = pytest.mark.ssh
 
@@ -98,21 +98,6 @@ def test_ssh_workers_run_the_affinity_scheduler_and_send_back_every_record(
     assert all(len(workers) == 1 for workers in by_task.values()), f"a task stays on one worker: {by_task}"
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 8
     assert not (home / "results").exists(), "results live on the controller, not the workstation"
-
-
-FREEZES = """
-import os
-import signal
-
-from fake_env_base import *  # noqa: F403
-from fake_env_base import make_env as base_make_env
-
-
-def make_env(task, benchmark, render_request):
-    env = base_make_env(task, benchmark, render_request)
-    env.step = lambda action: os.kill(os.getpid(), signal.SIGSTOP)
-    return env
-"""
 
 
 def test_a_frozen_ssh_worker_is_cut_off_not_signalled_and_the_run_finishes(
