@@ -202,3 +202,39 @@ def test_a_real_mikasa_array_merges_to_what_a_local_session_records(tmp_path: Pa
     ours, theirs = read_json(run / "summary.json"), read_json(alone / "summary.json")
     for field in ("sr_split", "per_task_sr", "per_task_mean_return", "n_completed", "partial"):
         assert ours[field] == theirs[field], field
+
+
+def test_a_dry_run_prints_both_scripts_and_submits_nothing(fake: pytest.Pytester) -> None:
+    options = ["--shards", "4", "--partition", "gpu", "--time", "2:00:00", "--gres", "gpu:1", "--account", "lab"]
+    done = vlaeval_slurm(fake, {}, *options, "--baseline", "base", "--dry-run", "--", *RUN)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = fake.path / "cluster" / "fake-short-random"
+    _, array_name, array, merge_name, merge = re.split(r"^# (/\S+\.sbatch)$", done.stdout, flags=re.M)
+    assert (array_name, merge_name) == (str(run / "slurm" / "array-1.sbatch"), str(run / "slurm" / "merge-1.sbatch"))
+    for line in ("#SBATCH --array=0-3", "#SBATCH --partition=gpu", "#SBATCH --time=2:00:00", "#SBATCH --gres=gpu:1"):
+        assert line in array, array
+    assert "--vla-shard=auto --vla-rerun=incomplete --vla-placement=all" in array, "a worker per GPU Slurm gives"
+    assert "#SBATCH --gres" not in merge and "#SBATCH --partition=gpu" in merge, "the merge asks for no GPU"
+    assert f"merge {run} --baseline={fake.path / 'base'}" in merge, merge
+    assert not (fake.path / "cluster").exists(), "a dry run writes nothing"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--", "--benchmark=fake.yaml:nope"], "unknown split 'nope'"),
+        (["--", *RUN, "--vla-sequential", "--vla-min-sr=0.5"], "--vla-sequential: the array shards the run itself"),
+        (["--", *RUN, "--vla-shard=1/2"], "--vla-shard=1/2: the array shards the run itself"),
+        (["--", *RUN, "--vla-baseline=base"], "give a baseline to vlaeval slurm --baseline"),
+        (["--shards", "0", "--", *RUN], "--shards must be at least 1, got 0"),
+        ([], "give the run's pytest arguments after --"),
+        (["--complete", "nowhere"], "was the run submitted with vlaeval slurm?"),
+    ],
+)
+def test_what_cannot_be_submitted_is_one_line_before_anything_is_written(
+    fake: pytest.Pytester, args: list[str], expected: str
+) -> None:
+    done = vlaeval_slurm(fake, {}, *args)
+    assert done.returncode == 2 and expected in done.stdout, done.stdout + done.stderr
+    assert len(done.stdout.strip().splitlines()) == 1 and done.stdout.startswith("vlaeval slurm: ")
+    assert not (fake.path / "cluster").exists()
