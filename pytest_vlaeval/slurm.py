@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval.choices import in_range
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.rundir import RunDir
 
@@ -230,8 +231,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     for option in SBATCH_OPTIONS:
         parser.add_argument(f"--{option}", metavar="VALUE", help=f"sbatch --{option} for the array tasks")
     parser.add_argument("--baseline", metavar="DIR", help="the merge judges the run against it (fixed gate)")
-    parser.add_argument("--max-drop", metavar="X", help="with --baseline: vlaeval merge --max-drop")
-    parser.add_argument("--alpha", metavar="A", help="with --baseline: vlaeval merge --alpha")
+    parser.add_argument(
+        "--max-drop", type=in_range(float, 0, 1), metavar="X", help="with --baseline: vlaeval merge --max-drop"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=in_range(float, 0, 1, open_ends="both"),
+        metavar="A",
+        help="with --baseline: vlaeval merge --alpha",
+    )
     parser.add_argument("--complete", type=Path, metavar="RUN_DIR", help="submit what a run still misses, then merge")
     parser.add_argument("--dry-run", action="store_true", help="print the scripts instead of submitting them")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments of the run")
@@ -271,8 +279,14 @@ def _first(args: argparse.Namespace, pytest_args: list[str]) -> list[str]:
     }
     if any(re.search(r"\s", value) for value in sbatch_options.values()):
         raise SpecError("an sbatch option's value has a space, which an #SBATCH line cannot hold")
+    if not args.baseline and (args.max_drop is not None or args.alpha is not None):
+        raise SpecError("--max-drop and --alpha set the merge's gate against --baseline DIR: give the baseline")
     merge_args = [] if not args.baseline else [f"--baseline={Path(args.baseline).resolve()}"]
-    merge_args += [f"--{name}={value}" for name, value in (("max-drop", args.max_drop), ("alpha", args.alpha)) if value]
+    merge_args += [
+        f"--{name}={value!r}"
+        for name, value in (("max-drop", args.max_drop), ("alpha", args.alpha))
+        if value is not None
+    ]
     run_dir = locate_run(pytest_args).resolve()
     if re.search(r"\s", str(run_dir)):
         raise SpecError(f"{run_dir}: Slurm's #SBATCH --output cannot name a path with a space; choose --vla-results")

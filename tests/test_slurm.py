@@ -227,6 +227,7 @@ def test_a_dry_run_prints_both_scripts_and_submits_nothing(fake: pytest.Pytester
         (["--", *RUN, "--vla-shard=1/2"], "--vla-shard=1/2: the array shards the run itself"),
         (["--", *RUN, "--vla-baseline=base"], "give a baseline to vlaeval slurm --baseline"),
         (["--shards", "0", "--", *RUN], "--shards must be at least 1, got 0"),
+        (["--max-drop", "0.1", "--", *RUN], "--max-drop and --alpha set the merge's gate against --baseline DIR"),
         ([], "give the run's pytest arguments after --"),
         (["--complete", "nowhere"], "was the run submitted with vlaeval slurm?"),
     ],
