@@ -211,7 +211,10 @@ def incomplete_episodes(run_dir: Path) -> list[tuple[str, int]]:
 
 
 def complete(run_dir: Path, dry_run: bool) -> list[str]:
-    submission = Submission.read(RunDir(run_dir).slurm_submissions)
+    """Submit what the run still misses, with the run's recorded pytest arguments (complete only
+    runs you submitted: they are what the jobs run) and this interpreter, not the recorded one."""
+    recorded = Submission.read(RunDir(run_dir).slurm_submissions)
+    submission = Submission(**{**asdict(recorded), "python": sys.executable})
     queued = still_queued(submission.jobs)
     if queued:
         raise SpecError(
