@@ -49,9 +49,9 @@ def start(config: pytest.Config) -> None:
     from pytest_vlaeval.results.store import RunStore
 
     try:
-        run = _run_context(config)
         worker_plan = getattr(config, "workerinput", {}).get(WORKER_PLAN)
         on_worker = worker_plan is not None  # this process's role, decided here once
+        run = _run_context(config, on_worker)
         if on_worker:  # the controller chose; every worker runs the same list
             run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
         else:
@@ -234,7 +234,10 @@ def _plan(run: RunContext, records: LatestRecords) -> RunContext:
     )
 
 
-def _run_context(config: pytest.Config) -> RunContext:
+def _run_context(config: pytest.Config, on_worker: bool) -> RunContext:
+    """What the session was asked to do. A worker is handed its episodes by the controller, so it
+    reads neither the scheduler's environment (``--vla-shard=auto``) nor ``--vla-episode-list``:
+    a worker on another host has neither."""
     from pytest_vlaeval.results.store import run_dir_name
 
     benchmark, split = resolve_benchmark(config.getoption("benchmark"))
@@ -263,10 +266,10 @@ def _run_context(config: pytest.Config) -> RunContext:
                 f"--vla-resume runs the episodes with no record; it does not combine with --vla-rerun={rerun}"
             )
         rerun = "missing"
-    shard_arg = config.getoption("vla_shard")
+    shard_arg = None if on_worker else config.getoption("vla_shard")
     from_scheduler = shard_arg == AUTO
     baseline = config.getoption("vla_baseline")
-    listed = config.getoption("vla_episode_list")
+    listed = None if on_worker else config.getoption("vla_episode_list")
     if from_scheduler:
         shard_arg = shard_from_environment(os.environ)
         if baseline and not config.getoption("vla_sequential"):

@@ -54,6 +54,8 @@ class Merged:
     lines: list[str]
     """What to print."""
     verdict: Verdict | None = None
+    complete: bool = True
+    """Every episode of the run has a completed record (no error, none missing)."""
 
 
 def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gate: GateOptions | None = None) -> Merged:
@@ -70,7 +72,7 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gat
     benchmark = _benchmark(run_dirs, reference, benchmark_arg)
     store.keep_spec(benchmark)
     selection = _selection(benchmark, reference)
-    judge = _fixed_gate(gate, selection) if gate else None  # a bad baseline stops before anything is written
+    judge = _fixed_gate(gate, selection) if gate else None  # a bad baseline stops before the run's files are rewritten
     with store.locked():  # a session may be writing the same directory's canonical files
         body, per_task = summary(selection, LatestRecords.read(store.dir), interrupted=False)
         verdict = judge.judge(per_task) if judge else None
@@ -106,7 +108,7 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gat
             lines.append(f"or, on the cluster it was submitted to: vlaeval slurm --complete {shlex.quote(str(out))}")
     if verdict is not None:
         lines.append(verdict.verdict())
-    return Merged(lines, verdict)
+    return Merged(lines, verdict, not (body["n_errors"] or body["n_missing"]))
 
 
 def _same_run(run_dirs: list[Path]) -> tuple[Fingerprint, dict[str, Any] | None]:
@@ -192,6 +194,8 @@ def _copy_log(log: Path, target: Path) -> int:
     """Copy an episode log into the merged run (1), or bring an earlier copy up to date (1 when it
     grew, 0 when it was whole): a log only grows by whole lines, so an earlier copy (made while its
     session was still writing, or cut short by a killed merge) is a prefix of it, and is extended."""
+    if log.is_symlink():  # a received run's 'log' could point at any file of ours
+        raise SpecError(f"{log} is a symbolic link, not an episode log: remove it and merge again")
     if target.exists() and log.samefile(target):  # a directory merged into itself: its own log
         return 0
     with writing(target):
@@ -276,7 +280,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """0, or with --baseline 6 on FAIL and 7 on UNDECIDED (as pytest's gate)."""
+    """0, or with --baseline as pytest's gate: 6 on FAIL, 7 on UNDECIDED, and on PASS 1 while
+    episodes are missing or errored (an incomplete run never passes)."""
     gate = GateOptions(args.baseline, args.max_drop, args.alpha) if args.baseline else None
     try:
         merged = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark, gate)
@@ -288,4 +293,8 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print("\n".join(merged.lines))
     outcome = merged.verdict.outcome if merged.verdict else None
-    return EXIT_GATE_FAILED if outcome == FAIL else UNDECIDED_EXIT if outcome == UNDECIDED else 0
+    if outcome == FAIL:
+        return EXIT_GATE_FAILED
+    if outcome == UNDECIDED:
+        return UNDECIDED_EXIT
+    return 1 if outcome is not None and not merged.complete else 0

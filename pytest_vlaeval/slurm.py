@@ -98,7 +98,8 @@ def locate_run(pytest_args: list[str]) -> Path:
 
 def array_script(submission: Submission, run_dir: Path, name: str, count: int, extra: list[str]) -> str:
     """The sbatch script of an array of ``count`` shards."""
-    args = submission.pytest_args
+    completing = bool(extra)  # an episode list: what is missing or errored, which only 'incomplete' runs
+    args = [arg for arg in submission.pytest_args if not (completing and arg.split("=")[0] in RERUN_OPTIONS)]
     placed = any(arg.split("=")[0] in WORKER_OPTIONS for arg in args)
     rerun = [] if any(arg.split("=")[0] in RERUN_OPTIONS for arg in args) else ["--vla-rerun=incomplete"]
     gpus = "gres" in submission.sbatch or "gpus-per-task" in submission.sbatch
@@ -121,7 +122,7 @@ def array_script(submission: Submission, run_dir: Path, name: str, count: int, e
     else:  # a worker per CPU Slurm gave this task, serial on one
         lines += [
             'workers=(); if [ "${SLURM_CPUS_PER_TASK:-1}" -gt 1 ]; then workers=(-n "$SLURM_CPUS_PER_TASK"); fi',
-            f'exec {shlex.join(command)} "${{workers[@]}}"',
+            f'exec {shlex.join(command)} ${{workers[@]+"${{workers[@]}}"}}',  # bash before 4.4 and set -u
         ]
     return "\n".join(lines) + "\n"
 
@@ -180,7 +181,11 @@ def submit(submission: Submission, run_dir: Path, episodes: list[tuple[str, int]
     (slurm / f"{name}.sbatch").write_text(array, encoding="utf-8")
     (slurm / f"merge-{number}.sbatch").write_text(merge, encoding="utf-8")
     array_job = sbatch(slurm / f"{name}.sbatch")
-    merge_job = sbatch(slurm / f"merge-{number}.sbatch", f"--dependency=afterany:{array_job}")
+    try:
+        merge_job = sbatch(slurm / f"merge-{number}.sbatch", f"--dependency=afterany:{array_job}")
+    except SpecError:  # an array nobody merges or records would run its episodes for nothing
+        subprocess.run(["scancel", array_job], capture_output=True)
+        raise
     jobs = [*submission.jobs, {"kind": kind, "array_job": array_job, "merge_job": merge_job, "shards": count}]
     Submission(**{**asdict(submission), "jobs": jobs}).write(RunDir(run_dir).slurm_submissions)
     what = f"{count} shards" if episodes is None else f"{len(episodes)} missing or errored episodes in {count} shards"

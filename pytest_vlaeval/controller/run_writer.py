@@ -1,5 +1,5 @@
-"""The run's files as a session goes: a finished task's canonical JSON at once, the whole set
-(``report/run_files.py``) at a bounded rate and at the end, each from the run's latest records
+"""The run's files as a session goes: a finished task's canonical JSON at once, ``summary.json``
+and ``report.html`` at a bounded rate, and the whole set (``report/run_files.py``) at the end, each from the run's latest records
 caught up under the run's lock with what concurrent sessions appended, so the last writer never
 overwrites newer files with an older view."""
 

@@ -2,10 +2,11 @@
 so one command line serves every task of a Slurm job array, a Kubernetes Indexed Job or a CI
 matrix. Whatever is missing or inconsistent is one line before any episode runs.
 
-- ``VLAEVAL_SHARD=I/N``: a plain pair (a CI matrix sets it from its own index).
-- Slurm job arrays: ``SLURM_ARRAY_TASK_ID`` among ``SLURM_ARRAY_TASK_MIN``..``_MAX`` in steps of
+- Slurm job arrays (looked at first: sbatch exports the submitting shell's variables, a stray
+  ``VLAEVAL_SHARD`` too): ``SLURM_ARRAY_TASK_ID`` among ``SLURM_ARRAY_TASK_MIN``..``_MAX`` in steps of
   ``SLURM_ARRAY_TASK_STEP`` (any first index, any step), ``SLURM_ARRAY_TASK_COUNT`` of them; an
   array of a list of indices (``--array=1,4,9``) has no rank and is refused.
+- ``VLAEVAL_SHARD=I/N``: a plain pair (a CI matrix sets it from its own index).
 - Kubernetes Indexed Jobs: ``JOB_COMPLETION_INDEX`` (from 0), with ``VLAEVAL_SHARD_COUNT`` set
   to the job's ``completions`` (Kubernetes exposes no count).
 """
@@ -25,10 +26,10 @@ K8S_INDEX = "JOB_COMPLETION_INDEX"
 
 def shard_from_environment(environ: Mapping[str, str]) -> str:
     """``I/N`` for this session, from the first scheduler whose variables are set."""
+    if SLURM_ID in environ:  # first: a VLAEVAL_SHARD left in the submitting shell reaches every array task
+        return _slurm(environ)
     if PAIR in environ:
         return environ[PAIR].strip()
-    if SLURM_ID in environ:
-        return _slurm(environ)
     if K8S_INDEX in environ:
         index = _integer(environ, K8S_INDEX)
         count = _integer(environ, COUNT, f"{K8S_INDEX} is set: set {COUNT} to the Indexed Job's completions")
@@ -62,6 +63,6 @@ def _integer(environ: Mapping[str, str], name: str, missing: str = "") -> int:
     value = environ.get(name, "").strip()
     if not value:
         raise SpecError(f"--vla-shard=auto: {missing or f'{name} is missing or empty'}")
-    if not value.isdigit():
+    if not value.isdecimal() or not value.isascii():
         raise SpecError(f"--vla-shard=auto: {name}={value!r} is not a non-negative integer")
     return int(value)

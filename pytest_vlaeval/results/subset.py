@@ -22,7 +22,8 @@ RERUN_MODES = ("errors", "failures", "missing", "incomplete")
 def parse_shard(value: str) -> tuple[int, int]:
     """``I/N`` with 1 <= I <= N."""
     index, sep, count = value.partition("/")
-    if not sep or not index.isdigit() or not count.isdigit() or not 1 <= int(index) <= int(count):
+    numbers = index.isdecimal() and count.isdecimal() and (index + count).isascii()
+    if not sep or not numbers or not 1 <= int(index) <= int(count):
         raise SpecError(f"--vla-shard {value!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
     return int(index), int(count)
 

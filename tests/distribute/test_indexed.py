@@ -16,7 +16,8 @@ SLURM = {"SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "3", "SLURM_ARRAY_
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
-        ({"VLAEVAL_SHARD": "2/5", "SLURM_ARRAY_TASK_ID": "0", **SLURM}, "2/5"),  # the plain pair wins
+        ({"VLAEVAL_SHARD": "2/5", "SLURM_ARRAY_TASK_ID": "0", **SLURM}, "1/4"),  # sbatch exports a stray pair
+        ({"VLAEVAL_SHARD": "2/5"}, "2/5"),
         ({"SLURM_ARRAY_TASK_ID": "0", **SLURM}, "1/4"),
         ({"SLURM_ARRAY_TASK_ID": "3", **SLURM}, "4/4"),
         (  # any first index, any step: --array=5-13:4 is 5, 9, 13
@@ -38,6 +39,7 @@ def test_the_shard_comes_from_the_scheduler(environ: dict[str, str], expected: s
         ({}, "found no shard index: set VLAEVAL_SHARD=I/N"),
         ({"SLURM_ARRAY_TASK_ID": "", **SLURM}, "SLURM_ARRAY_TASK_ID is missing or empty"),
         ({"SLURM_ARRAY_TASK_ID": "x", **SLURM}, "SLURM_ARRAY_TASK_ID='x' is not a non-negative integer"),
+        ({"SLURM_ARRAY_TASK_ID": "\u00b2", **SLURM}, "is not a non-negative integer"),
         ({"SLURM_ARRAY_TASK_ID": "7", **SLURM}, "SLURM_ARRAY_TASK_ID=7 is not one of 0..3 in steps of 1"),
         ({"SLURM_ARRAY_TASK_ID": "1"}, "SLURM_ARRAY_TASK_MIN is missing or empty"),
         (  # --array=1,4,9: no range, no shard order

@@ -416,6 +416,10 @@ def test_merge_judges_the_whole_run_against_a_baseline(fake: pytest.Pytester, ca
     assert "vlaeval gate: UNDECIDED" in capsys.readouterr().out, "no data shows a drop above 1: undecided, exit 7"
     assert vlaeval(["merge", str(zero), "--baseline", str(zero)]) == 0
     assert "vlaeval gate: PASS: split SR drop +0.000" in capsys.readouterr().out
+    fake.runpytest(*twenty, "--vla-results=half", "--vla-shard=1/2")
+    (half,) = (fake.path / "half").iterdir()
+    assert vlaeval(["merge", str(half), "--baseline", str(zero)]) == 1, "a PASS on part of the run is no pass"
+    assert "vlaeval gate: PASS" in capsys.readouterr().out
     written = (zero / "summary.json").read_bytes()
     assert vlaeval(["merge", str(zero), "--baseline", str(fake.path / "nowhere")]) == 2
     assert "nowhere: no such directory" in capsys.readouterr().out
