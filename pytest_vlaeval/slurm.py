@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.choices import in_range
+from pytest_vlaeval.distribute.indexed import PAIR
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.rundir import RunDir
 
@@ -65,15 +67,22 @@ class Submission:
         if not all(isinstance(s, str) and "\n" not in s for s in strings) or data["shards"] < 1:
             raise SpecError(f"{path}: its arguments are not one-line strings, or it has no shard")
         jobs = data.get("jobs", [])
-        return cls(**{k: data[k] for k in kinds}, jobs=jobs if isinstance(jobs, list) else [])
+        ids = ("array_job", "merge_job")
+        if not isinstance(jobs, list) or not all(
+            isinstance(job, dict) and all(isinstance(job.get(k), str) and job[k].isdecimal() for k in ids)
+            for job in jobs
+        ):
+            raise SpecError(f"{path}: its jobs are not a list of Slurm job ids")
+        return cls(**{k: data[k] for k in kinds}, jobs=jobs)
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
 
 
-def locate_run(pytest_args: list[str]) -> Path:
-    """The run directory a pytest command line names, from a collect-only session in this process:
-    the plugin's checks run too, so a bad command line is one line here, before anything is submitted."""
+def locate_run(pytest_args: list[str], workdir: Path, shards: int) -> Path:
+    """The run directory a pytest command line names, from a collect-only session in this process
+    as a shard of the array would start (``--vla-shard=auto``, from ``workdir``): the plugin's checks
+    run too, so a bad command line is one line here, before anything is submitted."""
     import pytest
 
     from pytest_vlaeval.configure import RUN_CONTEXT
@@ -88,8 +97,19 @@ def locate_run(pytest_args: list[str]) -> Path:
 
     probe = Probe()
     output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        pytest.main([*pytest_args, "--collect-only", "-q", "-p", "no:cacheprovider"], plugins=[probe])
+    here, shard = Path.cwd(), os.environ.get(PAIR)
+    os.environ[PAIR] = f"1/{shards}"
+    try:
+        os.chdir(workdir)
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            args = [*pytest_args, "--vla-shard=auto", "--collect-only", "-q", "-p", "no:cacheprovider"]
+            pytest.main(args, plugins=[probe])
+    finally:
+        os.chdir(here)
+        if shard is None:
+            os.environ.pop(PAIR)
+        else:
+            os.environ[PAIR] = shard
     if probe.run_dir is None:
         said = [line.removeprefix("ERROR: ") for line in output.getvalue().splitlines() if line.strip()]
         raise SpecError(f"pytest {shlex.join(pytest_args)}: {said[-1] if said else 'names no evaluation'}")
@@ -148,12 +168,23 @@ def merge_script(submission: Submission, run_dir: Path, name: str) -> str:
     )
 
 
+def slurm_command(*command: str) -> str:
+    """A Slurm command's output; ``SpecError`` with its last line when it fails or is not installed."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SpecError(
+            f"{command[0]} is not on PATH: run vlaeval slurm where Slurm's commands are (a login node)"
+        ) from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise SpecError(f"{shlex.join(command[:2])} failed: {said[-1] if said else f'exit status {done.returncode}'}")
+    return done.stdout
+
+
 def sbatch(script: Path, *options: str) -> str:
     """Submit ``script``; its job id."""
-    done = subprocess.run(["sbatch", "--parsable", *options, str(script)], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SpecError(f"sbatch {script.name} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-    return done.stdout.strip().split(";")[0]
+    return slurm_command("sbatch", "--parsable", *options, str(script)).strip().split(";")[0]
 
 
 def submit(submission: Submission, run_dir: Path, episodes: list[tuple[str, int]] | None, dry_run: bool) -> list[str]:
@@ -199,10 +230,7 @@ def submit(submission: Submission, run_dir: Path, episodes: list[tuple[str, int]
 def still_queued(jobs: list[dict[str, Any]]) -> list[str]:
     """This run's jobs that Slurm still holds (queued or running)."""
     ours = {str(job.get(key)) for job in jobs for key in ("array_job", "merge_job")}
-    done = subprocess.run(["squeue", "-h", "-o", "%F %A"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SpecError(f"squeue failed: {done.stderr.strip()}")
-    return sorted(ours & set(done.stdout.split()))
+    return sorted(ours & set(slurm_command("squeue", "-h", "-o", "%F %A").split()))
 
 
 def incomplete_episodes(run_dir: Path) -> list[tuple[str, int]]:
@@ -219,7 +247,16 @@ def complete(run_dir: Path, dry_run: bool) -> list[str]:
     """Submit what the run still misses, with the run's recorded pytest arguments (complete only
     runs you submitted: they are what the jobs run) and this interpreter, not the recorded one."""
     recorded = Submission.read(RunDir(run_dir).slurm_submissions)
+    if run_dir.stat().st_uid != os.getuid():
+        raise SpecError(
+            f"{run_dir} belongs to another user: --complete runs the command it records; complete your own runs"
+        )
     submission = Submission(**{**asdict(recorded), "python": sys.executable})
+    named = locate_run(submission.pytest_args, Path(submission.workdir), submission.shards).resolve()
+    if named != run_dir:  # a copy moved elsewhere: its jobs would write into another directory
+        raise SpecError(
+            f"the run's recorded command writes into {named}, not {run_dir}: complete it where it was submitted"
+        )
     queued = still_queued(submission.jobs)
     if queued:
         raise SpecError(
@@ -295,7 +332,7 @@ def _first(args: argparse.Namespace, pytest_args: list[str]) -> list[str]:
         for name, value in (("max-drop", args.max_drop), ("alpha", args.alpha))
         if value is not None
     ]
-    run_dir = locate_run(pytest_args).resolve()
+    run_dir = locate_run(pytest_args, Path.cwd(), args.shards).resolve()
     if re.search(r"\s", str(run_dir)):
         raise SpecError(f"{run_dir}: Slurm's #SBATCH --output cannot name a path with a space; choose --vla-results")
     submission = Submission(pytest_args, args.shards, sbatch_options, merge_args, sys.executable, str(Path.cwd()))

@@ -239,3 +239,21 @@ def test_what_cannot_be_submitted_is_one_line_before_anything_is_written(
     assert done.returncode == 2 and expected in done.stdout, done.stdout + done.stderr
     assert len(done.stdout.strip().splitlines()) == 1 and done.stdout.startswith("vlaeval slurm: ")
     assert not (fake.path / "cluster").exists()
+
+
+def test_complete_refuses_a_moved_copy_and_a_damaged_record(fake: pytest.Pytester) -> None:
+    """--complete runs the command a run directory records: on a copy moved elsewhere that command
+    would write into the original, so it is refused; a damaged record of the jobs is one line."""
+    moved = fake.path / "elsewhere" / "fake-short-random"
+    (moved / "slurm").mkdir(parents=True)
+    record = {
+        "pytest_args": RUN, "shards": 2, "sbatch": {}, "merge_args": [], "python": "/bin/false",
+        "workdir": str(fake.path), "jobs": [{"kind": "array", "array_job": "7", "merge_job": "8", "shards": 2}],
+    }  # fmt: skip
+    (moved / "slurm" / "submissions.json").write_text(json.dumps(record))
+    done = vlaeval_slurm(fake, {}, "--complete", str(moved))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"writes into {fake.path / 'cluster' / 'fake-short-random'}, not {moved}" in done.stdout
+    (moved / "slurm" / "submissions.json").write_text(json.dumps({**record, "jobs": [{"array_job": "7; rm -rf /"}]}))
+    done = vlaeval_slurm(fake, {}, "--complete", str(moved))
+    assert done.returncode == 2 and "its jobs are not a list of Slurm job ids" in done.stdout, done.stdout
