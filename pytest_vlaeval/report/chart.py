@@ -6,7 +6,6 @@ so a partial picture never looks complete."""
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,8 @@ def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Pat
         return None
     import matplotlib.pyplot as plt
 
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.png")
-    try:  # drawn beside it, then renamed over it: a link a received run left there is replaced, never followed
-        figure.savefig(temporary, dpi=110)
-        os.replace(temporary, path)
-    finally:
-        plt.close(figure)
-        temporary.unlink(missing_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
     return path
 
 

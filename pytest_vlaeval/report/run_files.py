@@ -21,7 +21,6 @@ from pytest_vlaeval.report.markdown import markdown_report
 from pytest_vlaeval.results.canonical import write_canonical, write_summary
 from pytest_vlaeval.results.rundir import RunDir, attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
-from pytest_vlaeval.results.store import write_text_atomic
 
 
 @dataclass
@@ -66,7 +65,7 @@ def write_run_files(
             run_dir.chart, lambda: write_chart(summary, per_task, run_dir.chart), written.refused
         )
         markdown = markdown_report(summary, per_task, verdict, policy)
-        attempt_write(run_dir.report, lambda: write_text_atomic(run_dir.report, markdown), written.refused)
+        attempt_write(run_dir.report, lambda: run_dir.report.write_text(markdown, encoding="utf-8"), written.refused)
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if step_summary:
             attempt_write(

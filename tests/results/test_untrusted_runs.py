@@ -241,27 +241,19 @@ def test_a_merge_made_while_a_session_writes_is_brought_up_to_date(
     assert main(["merge", str(run), "--out", str(fake.path / "third")]) == 130
 
 
-def test_a_received_runs_links_are_replaced_or_refused_never_followed(
+def test_a_received_runs_linked_log_is_refused_never_copied(
     fake: pytest.Pytester, capsys: pytest.CaptureFixture
 ) -> None:
-    """A run directory from elsewhere may hold links where its files belong: merging it into
-    itself replaces a linked report and chart (the files they point at are untouched), and a log
-    that is a link is refused, not copied or read."""
+    """A run directory from elsewhere may hold a link where an episode log belongs: the merge
+    refuses it, and copies and reads nothing through it."""
     from pytest_vlaeval.cli import main as vlaeval
 
     fake.runpytest("--benchmark=fake.yaml:short", "-p", "no:cacheprovider")
     (run,) = (fake.path / "results").iterdir()
     precious = fake.path / "precious.txt"
     precious.write_text("mine")
-    for name in ("report.md", "summary.png"):
-        (run / name).unlink()
-        (run / name).symlink_to(precious)
-    assert vlaeval(["merge", str(run)]) == 0, capsys.readouterr().out
-    assert precious.read_text() == "mine"
-    assert not (run / "report.md").is_symlink() and "## Fake-Bench" in (run / "report.md").read_text()
-    assert not (run / "summary.png").is_symlink()
     (run / "episodes" / "stolen.jsonl").symlink_to(precious)
     out = fake.path / "merged"
     assert vlaeval(["merge", str(run), "--out", str(out)]) == 2
     assert "stolen.jsonl is a symbolic link, not an episode log" in capsys.readouterr().out
-    assert not (out / "episodes" / "stolen.jsonl").exists()
+    assert not (out / "episodes" / "stolen.jsonl").exists() and precious.read_text() == "mine"
