@@ -61,14 +61,15 @@ class GateRun:
         self.resume_command = resume_command
         return f"{self.sequential.outcome}: the sequential gate's verdict is settled"
 
-    def judge(self, unreported: int, per_task: Callable[[], list[TaskResult]]) -> None:
+    def judge(self, unreported: int, per_task: list[TaskResult]) -> Verdict | None:
         """The verdict as the session ends; after an early stop, the ``unreported`` episodes were
         not needed (neither errors nor lost)."""
         if self.sequential is not None:
             saved = unreported if self.stopped_early else None
             self.verdict = self.sequential.result(saved, self.resume_command)
         elif self.fixed is not None:
-            self.verdict = self.fixed.judge(per_task())
+            self.verdict = self.fixed.judge(per_task)
+        return self.verdict
 
     def exit_status(self, status: int, errored: bool, undecided_exit: int) -> int:
         """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this

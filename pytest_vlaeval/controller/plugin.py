@@ -10,6 +10,7 @@ session end.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -221,13 +222,13 @@ class ResultsController:
                 self._accept(self._error(nodeid, ResultLost("scheduled but no result arrived from any worker")))
                 self._settle(nodeid)
         self.intake.release()  # no episode completed to claim the policy; its errors still count
-        self.gate_run.judge(len(unreported), lambda: self.writer.summary(interrupted=self.interrupted)[1])
-        if self.gate_run.verdict is not None:
-            session.exitstatus = self.gate_run.exit_status(
-                session.exitstatus, self.ledger.errored(), self.run.undecided_exit
-            )
         with termination.deferred() as received:  # the run's files are written whole, signal or not
-            self.writer.write(interrupted=self.interrupted, verdict=self.gate_run.verdict, final=True)
+            judge = functools.partial(self.gate_run.judge, len(unreported))
+            self.writer.write(interrupted=self.interrupted, judge=judge, final=True)
+            if self.gate_run.verdict is not None:
+                session.exitstatus = self.gate_run.exit_status(
+                    session.exitstatus, self.ledger.errored(), self.run.undecided_exit
+                )
             if self.writer.files.canonical_refused is not None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # the run's result was not kept
             self.store.close()

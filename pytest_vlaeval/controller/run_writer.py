@@ -6,6 +6,7 @@ overwrites newer files with an older view."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.errors import ResultsUnwritable
@@ -65,17 +66,19 @@ class RunWriter:
             self.write(interrupted=interrupted)
         return result
 
-    def summary(self, *, interrupted: bool) -> Canonical:
-        """The run's summary and per-task results from its latest records, caught up first."""
-        with self.store.locked():
-            self.latest.catch_up(skip=self.store.log_path)
-            return summary(self.run.selection, self.latest, interrupted=interrupted)
-
-    def write(self, *, interrupted: bool, verdict: Verdict | None = None, final: bool = False) -> None:
-        """The whole set, with the gate's verdict once there is one."""
+    def write(
+        self,
+        *,
+        interrupted: bool,
+        judge: Callable[[list[TaskResult]], Verdict | None] | None = None,
+        final: bool = False,
+    ) -> None:
+        """The whole set, from one summary of the caught-up records; ``judge`` gives the gate's
+        verdict on that same summary (at the session's end), so the run is summarised once."""
         with self.store.locked():
             self.latest.catch_up(skip=self.store.log_path)
             body, per_task = summary(self.run.selection, self.latest, interrupted=interrupted)
+            verdict = judge(per_task) if judge else None
             if self._writes:
                 self.files = write_run_files(
                     self.store.dir,
