@@ -39,6 +39,7 @@ THIRD_PARTY_WARNINGS = (
     "ignore:The pynvml package is deprecated:FutureWarning",
     "ignore:.*to get variables from other wrappers is deprecated:UserWarning",
     "ignore:diffuse_texture is renamed to base_color_texture:DeprecationWarning",
+    "ignore:pkg_resources is deprecated as an API:UserWarning",  # pygame (Push-T), at its first render
 )
 """Warnings the simulator stack emits on every env, which say nothing about the policy."""
 
@@ -410,12 +411,15 @@ def _top_level_names(origin: str | None) -> set[str] | None:
 
 
 def _register_markers(config: pytest.Config, selection: Selection) -> None:
+    """One marker per split and per group along every other axis; a name on two axes (LIBERO-PRO's
+    ``object``: a base suite and a perturbation) is one marker that selects both, and says so."""
     benchmark = selection.benchmark
-    for split in benchmark.splits:
-        config.addinivalue_line("markers", f"{split}: {benchmark.title} episodes of the {split} split")
+    meanings: dict[str, list[str]] = {split: [f"the {split} split"] for split in benchmark.splits}
     for axis in benchmark.axes[1:]:
         for group in benchmark.groups(axis):
-            config.addinivalue_line("markers", f"{group.lower()}: {benchmark.title} episodes of {axis.label} {group}")
+            meanings.setdefault(group.lower(), []).append(f"{axis.label} {group}")
+    for name, what in meanings.items():
+        config.addinivalue_line("markers", f"{name}: {benchmark.title} episodes of {' and of '.join(what)}")
 
 
 def _preflight(run: RunContext) -> None:

@@ -101,6 +101,48 @@ class EnvSettings:
 
 
 @dataclass(frozen=True)
+class Extra:
+    """One of the adapter's own per-episode fields (``EnvAdapter.episode_extras``), and how a task's
+    JSON and ``summary.json`` summarise it under ``summary``: the ``sum`` or the ``mean`` over the
+    completed episodes (the summary's mean pools every episode, as LeRobot's ``avg_max_reward``)."""
+
+    field: str
+    reduce: str
+    summary: str
+
+    def reduced(self, values: list[float]) -> float | None:
+        if not values:
+            return None
+        total = sum(values)
+        return total if self.reduce == "sum" else total / len(values)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Two axes as a table (LIBERO-PRO: base suite x perturbation), and the benchmark's headline
+    number over its cells (``total``: what it is, in the benchmark's words). The row and column
+    groups are every cell the benchmark defines, runnable here or not."""
+
+    rows: Axis
+    columns: Axis
+    row_groups: tuple[str, ...]
+    column_groups: tuple[str, ...]
+    total: str
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """What a benchmark adds to the canonical files beyond success rates."""
+
+    result_fields: tuple[str, ...] = ()
+    """Env options written, as given, into every ``<ENV_ID>.json`` (MIKASA's ``control_mode``...)."""
+    extras: tuple[Extra, ...] = ()
+    pooled_success_key: str | None = None
+    """``summary.json``'s key for 100 x the success rate pooled over episodes (LeRobot's ``pc_success``)."""
+    grid: Grid | None = None
+
+
+@dataclass(frozen=True)
 class Benchmark:
     name: str
     title: str
@@ -115,6 +157,9 @@ class Benchmark:
     tasks: tuple[Task, ...]
     source: str
     digest: str
+    reporting: Reporting = Reporting()
+    unavailable_splits: dict[str, str] = field(default_factory=dict)
+    """Splits the benchmark defines that this install cannot run, with the reason (one line)."""
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -123,6 +168,33 @@ class Benchmark:
     def groups(self, axis: Axis) -> tuple[str, ...]:
         """The groups along ``axis``, in the order the tasks list them."""
         return tuple(dict.fromkeys(task.group(axis) for task in self.tasks))
+
+    def selected(self, selector: str) -> tuple[Task, ...]:
+        """The tasks ``selector`` names: ``all``, a split, a group along another axis
+        (``spatial``) or ``field=group`` where a group name is on two axes. ``SpecError`` in one
+        line otherwise, saying why a split this install cannot run is unavailable."""
+        wanted = selector.lower()
+        if wanted == ALL_SPLITS:
+            return self.tasks
+        if wanted in self.splits:
+            return tuple(t for t in self.tasks if t.split == wanted)
+        reasons = {name.lower(): reason for name, reason in self.unavailable_splits.items()}
+        if wanted in reasons:
+            raise SpecError(f"split {selector!r} of {self.name!r} cannot run here: {reasons[wanted]}")
+        field_name, equals, group = wanted.partition("=")
+        axes = [a for a in self.axes[1:] if not equals or a.field.lower() == field_name]
+        group = group if equals else wanted
+        matches = {a: tasks for a in axes if (tasks := tuple(t for t in self.tasks if t.group(a).lower() == group))}
+        if len(matches) == 1:
+            return next(iter(matches.values()))
+        if matches:
+            forms = " or ".join(f"{self.name}:{a.field}={group}" for a in matches)
+            raise SpecError(f"{selector!r} is a group along {len(matches)} axes of {self.name!r}; write {forms}")
+        groups = [f"{a.field}={g.lower()}" for a in self.axes[1:] for g in self.groups(a)]
+        raise SpecError(
+            f"unknown split {selector!r} for benchmark {self.name!r}; valid: {_names([*self.splits, ALL_SPLITS])}"
+            + (f", or a group: {_names(groups)}" if groups else "")
+        )
 
     def task(self, env_id: str) -> Task:
         for task in self.tasks:
@@ -230,6 +302,30 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
         tasks=tasks,
         source=str(path),
         digest=content_digest(data),
+        reporting=_reporting(document, axes, path),
+        unavailable_splits=dict(document.unavailable_splits),
+    )
+
+
+def _reporting(document: spec_file.BenchmarkFile, axes: tuple[Axis, ...], path: Path) -> Reporting:
+    grid = None
+    if document.grid is not None:
+        by_field = {a.field: a for a in axes}
+        for name in (document.grid.rows, document.grid.columns):
+            if name not in by_field:
+                raise SpecError(f"benchmark file {path}: grid axis {name!r} is not one of the axes {list(by_field)}")
+        grid = Grid(
+            rows=by_field[document.grid.rows],
+            columns=by_field[document.grid.columns],
+            row_groups=tuple(document.grid.row_groups),
+            column_groups=tuple(document.grid.column_groups),
+            total=document.grid.total,
+        )
+    return Reporting(
+        result_fields=tuple(document.result_fields),
+        extras=tuple(Extra(e.field, e.reduce, e.summary or e.field) for e in document.episode_extras),
+        pooled_success_key=document.pooled_success_key,
+        grid=grid,
     )
 
 
@@ -311,16 +407,13 @@ def select(
     """Choose the run's tasks: a split (or ``all``), narrowed by explicit env ids. A selection a
     session will collect as items is held to ``MAX_EPISODES``; one only summarised (a merge of
     the records a run's shards left) is not."""
-    if split != ALL_SPLITS and split not in benchmark.splits:
-        raise SpecError(
-            f"unknown split {split!r} for benchmark {benchmark.name!r}; valid: {_names([*benchmark.splits, ALL_SPLITS])}"
-        )
-    tasks = [t for t in benchmark.tasks if split == ALL_SPLITS or t.split == split]
+    tasks = list(benchmark.selected(split))
     if env_ids:
         by_id = {t.env_id: t for t in tasks}
         unknown = [e for e in env_ids if e not in by_id]
         if unknown:
-            where = f"split {split!r} of {benchmark.name!r}" if split != ALL_SPLITS else repr(benchmark.name)
+            kind = "split" if split.lower() in benchmark.splits else "group"
+            where = f"{kind} {split!r} of {benchmark.name!r}" if split != ALL_SPLITS else repr(benchmark.name)
             raise SpecError(f"unknown task {', '.join(map(repr, unknown))} in {where}; valid: {_names(by_id)}")
         tasks = [by_id[e] for e in dict.fromkeys(env_ids)]
     episodes = benchmark.episodes if episodes is None else episodes

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -86,6 +86,26 @@ class TaskFile(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
     assets: list[Identifier] = []
 
 
+class ExtraFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One of the adapter's own per-episode fields, and how a task and a run summarise it."""
+
+    field: Identifier
+    reduce: Literal["sum", "mean"]
+    summary: Identifier | None = None
+
+
+class GridFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Two axes as a table of cells, and the benchmark's headline number over those cells."""
+
+    rows: Identifier
+    columns: Identifier
+    row_groups: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]], msgspec.Meta(min_length=1)]
+    column_groups: Annotated[
+        list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]], msgspec.Meta(min_length=1)
+    ]
+    total: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
+
+
 class BenchmarkFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: Name
     env: dict[str, Any]
@@ -96,6 +116,14 @@ class BenchmarkFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     protocol: ProtocolFile = ProtocolFile()
     axes: list[AxisFile] = []
     assets: dict[Identifier, dict[str, Any]] = {}
+    result_fields: list[Identifier] = []
+    """Env options written, as given, into every ``<ENV_ID>.json`` (a reference schema's fields)."""
+    episode_extras: list[ExtraFile] = []
+    pooled_success_key: Identifier | None = None
+    """A ``summary.json`` key for 100 x the success rate pooled over episodes (LeRobot's ``pc_success``)."""
+    unavailable_splits: dict[Name, Annotated[str, msgspec.Meta(min_length=1, max_length=300)]] = {}
+    """Splits the benchmark defines but this install cannot run, each with its one-line reason."""
+    grid: GridFile | None = None
 
 
 ENV_KEYS = tuple(EnvFile.__struct_fields__)
@@ -159,6 +187,7 @@ def parse(data: Any, path: Path) -> tuple[BenchmarkFile, EnvFile, dict[str, Any]
     env = _convert(document.env, EnvFile, path, "env")
     tasks = [_convert(entry, TaskFile, path, f"tasks[{i}]") for i, entry in enumerate(document.tasks)]
     _check_names(document, tasks, path)
+    _check_reporting(document, options, tasks, path)
     return document, env, options, tasks
 
 
@@ -197,3 +226,28 @@ def _check_names(document: BenchmarkFile, tasks: list[TaskFile], path: Path) -> 
                     f"benchmark file {path}: axis summary key {axis.summary!r} is a key of summary.json "
                     f"({', '.join(sorted(taken))}); choose another"
                 )
+
+
+def _check_reporting(document: BenchmarkFile, options: dict[str, Any], tasks: list[TaskFile], path: Path) -> None:
+    """Result fields that name env options; extras, pooled and axis keys that take no canonical key
+    and no other's; unavailable splits that are not also splits with tasks."""
+    fields = {axis.field for axis in document.axes}
+    for name in document.result_fields:
+        if name not in options:
+            raise SpecError(f"benchmark file {path}: result field {name!r} is not an option of env")
+        if name in RESERVED_TASK_KEYS | fields:
+            raise SpecError(f"benchmark file {path}: result field {name!r} is a key <ENV_ID>.json already has")
+    taken = {axis.summary for axis in document.axes if axis.summary} | fields
+    for extra in document.episode_extras:
+        key = extra.summary or extra.field
+        clash = ({key} & (RESERVED_TASK_KEYS | RESERVED_SUMMARY_KEYS | taken)) or ({key} & set(document.result_fields))
+        if clash:
+            raise SpecError(f"benchmark file {path}: episode extra {extra.field!r} would write over the key {key!r}")
+        taken.add(key)
+    pooled = document.pooled_success_key
+    if pooled and pooled in RESERVED_SUMMARY_KEYS | taken:
+        raise SpecError(f"benchmark file {path}: pooled_success_key {pooled!r} is a key summary.json already has")
+    splits = {task.split.lower() for task in tasks}
+    runnable = sorted(splits & {name.lower() for name in document.unavailable_splits})
+    if runnable:
+        raise SpecError(f"benchmark file {path}: splits {runnable} are both unavailable and given tasks")

@@ -51,8 +51,10 @@ ENV_MODULE = '''\
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import Adapter
 
-class TwoStepEnv:
+
+class TwoStepEnv(Adapter):
     def __init__(self, task):
         self.max_episode_steps = task.max_steps
         self.render_backend = "none"

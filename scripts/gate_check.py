@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import Adapter
+
 SCRIPTS = Path(__file__).resolve().parent
 NORMAL = NormalDist()
 PROFILES = {"high": (0.92, 0.98), "mid": (0.35, 0.95)}
@@ -62,7 +64,7 @@ tasks:
 """
 
 
-class CoinEnv:
+class CoinEnv(Adapter):
     """Succeeds at the first step whose action's first component is above 1/2."""
 
     def __init__(self, task: Any, benchmark: Any, render_request: str) -> None:

@@ -55,6 +55,8 @@ BENCHMARK = {
         "vector_backends": ["gpu"],  # ManiSkill's GPU simulation steps num_envs scenes at once
     },
     "protocol": {"start_seed": 4242424242, "episodes": 50},
+    # The reference runner's schema: these env options in every task's file.
+    "result_fields": ["control_mode", "obs_mode", "wrapper_chain"],
     "axes": [  # the reference runner's schema: split title-cased, sr_per_memory_type
         {"field": "split", "label": "split", "title_case": True},
         {"field": "memory_type", "label": "memory type", "summary": "sr_per_memory_type"},

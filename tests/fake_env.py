@@ -14,10 +14,12 @@ import signal
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import Adapter
+
 BUILDS: list[str] = []
 
 
-class FakeEnv:
+class FakeEnv(Adapter):
     def __init__(self, task, benchmark, render_request):
         self.task = task
         self.reset_options = benchmark.env.reset_options
@@ -54,6 +56,10 @@ class FakeEnv:
     def render_frame(self, obs):
         return np.full((16, 16, 3), 10 * self._t % 256, dtype=np.uint8)
 
+    def episode_extras(self):
+        """The benchmark's own field of an episode (fake.yaml summarises it): the seed's bar."""
+        return {"bar": round(0.5 + 0.1 * (self._seed % 5), 3)}
+
     def close(self):
         pass
 
@@ -89,6 +95,9 @@ class FakeRows:
 
     def step(self, actions):
         return [None if action is None else env.step(action) for env, action in zip(self.envs, actions, strict=True)]
+
+    def episode_extras(self, row):
+        return self.envs[row].episode_extras()
 
     def close(self):
         pass

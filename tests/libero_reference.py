@@ -1,12 +1,14 @@
-"""The harnesses' LIBERO evaluation loop, written from the description of openpi's
-``examples/libero/main.py``, and a deterministic policy whose actions follow what it sees.
+"""The harnesses' LIBERO evaluation loops, written from the description of openpi's
+``examples/libero/main.py`` and of LIBERO-PRO's runner, and a deterministic policy whose actions
+follow what it sees.
 
 Reference loop, per task: a fresh ``OffScreenRenderEnv`` (256x256 cameras), ``env.seed(S)``
 once, then for episode k = 0, 1, ... in order: ``env.reset()``, ``env.set_init_state(init[k])``,
 10 steps of ``[0]*6 + [-1]`` (not counted), then up to ``max_steps`` policy steps on the images
-rotated 180 degrees, stopping at ``done``. Each episode is summarised by a digest of every
-observation the policy saw, every action and the outcome, so two runs agree only if they agree
-bit for bit.
+rotated 180 degrees, stopping at ``done``. openpi prompts with the package's ``task.language``,
+LIBERO-PRO's runner with the BDDL file's ``env.language_instruction``. Each episode is summarised
+by a digest of every observation the policy saw (the instruction with it), every action and the
+outcome (return and success), so two runs agree only if they agree bit for bit.
 
 ``Deterministic`` is also a ``--policy`` for real sessions (``libero_reference:Deterministic``):
 with ``LIBERO_DIGEST_DIR`` set it writes each episode's digest to ``<task>-<k>.json`` there.
@@ -28,14 +30,23 @@ POLICY_KEYS = ("agentview_image", "wrist_image", "state", "eef_quat")
 
 
 class Digest:
-    """A running SHA-256 over observations and actions, with the outcome."""
+    """A running SHA-256 over observations (with the instruction) and actions, with the outcome.
+    The first image and the instruction are also kept apart, so a mismatch says where it starts."""
 
     def __init__(self) -> None:
         self.sha = hashlib.sha256()
         self.steps = 0
         self.success = False
+        self.episode_return = 0.0
+        self.instruction: str | None = None
+        self.first_image: str | None = None
 
     def observe(self, obs: dict[str, Any]) -> None:
+        """``obs``: the policy's view, ``POLICY_KEYS`` and ``instruction``."""
+        if self.first_image is None:
+            self.first_image = hashlib.sha256(np.ascontiguousarray(obs["agentview_image"]).tobytes()).hexdigest()
+        self.instruction = str(obs["instruction"])
+        self.sha.update(self.instruction.encode())
         for key in POLICY_KEYS:
             self.sha.update(np.ascontiguousarray(obs[key]).tobytes())
 
@@ -44,7 +55,14 @@ class Digest:
         self.steps += 1
 
     def result(self) -> dict[str, Any]:
-        return {"digest": self.sha.hexdigest(), "steps": self.steps, "success": self.success}
+        return {
+            "digest": self.sha.hexdigest(),
+            "steps": self.steps,
+            "success": self.success,
+            "return": self.episode_return,
+            "instruction": self.instruction,
+            "first_image": self.first_image,
+        }
 
 
 def deterministic_action(obs: dict[str, Any], t: int) -> np.ndarray:
@@ -89,6 +107,7 @@ class Deterministic:
 
     def end_episode(self, result: Any) -> None:
         self.digest.success = bool(result.success)
+        self.digest.episode_return = float(result.episode_return)
         folder = os.environ.get("LIBERO_DIGEST_DIR")
         if folder:
             path = os.path.join(folder, f"{self.episode.task}-{self.episode.seed}.json")
@@ -119,7 +138,8 @@ def flipped(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def reference_episodes(suite_name: str, task_index: int, episodes: int, max_steps: int, seed: int = 7) -> list[dict]:
-    """Episodes 0..episodes-1 of one task, as the harnesses run them (fresh env, seed once, in order)."""
+    """Episodes 0..episodes-1 of one task, as the harnesses run them (fresh env, seed once, in
+    order, prompted with ``task.language`` as openpi does)."""
     from libero.libero import benchmark, get_libero_path
     from libero.libero.envs import OffScreenRenderEnv
 
@@ -144,15 +164,73 @@ def reference_episodes(suite_name: str, task_index: int, episodes: int, max_step
                     raw, _, _, _ = env.step(WAIT_ACTION)
                     t += 1
                     continue
-                obs = flipped(raw)
+                obs = {**flipped(raw), "instruction": task.language}
                 digest.observe(obs)
                 action = deterministic_action(obs, t - WAIT_STEPS)
                 digest.act(action)
-                raw, _, done, _ = env.step(action.tolist())
+                raw, reward, done, _ = env.step(action.tolist())
+                digest.episode_return += float(reward)
                 if done:
                     digest.success = True
                     break
                 t += 1
+            results.append(digest.result())
+    finally:
+        env.close()
+    return results
+
+
+def reference_pro_episodes(
+    suite_name: str, task_index: int, episodes: int, max_steps: int, seed: int = 7
+) -> list[dict]:
+    """Episodes 0..episodes-1 of one LIBERO-PRO task as LIBERO-PRO's own runner runs them
+    (``EvaluationRunner.run`` and ``_run_episode`` in ``libero/evaluation/runner.py`` of
+    Zxy-MLlab/LIBERO-PRO at 8af465d), written from that description: Python's and numpy's RNGs
+    seeded once; one env per task, built as that runner builds it (horizon = max_steps + 10 + 20,
+    ``ignore_done``: settings the adapter leaves at LIBERO's defaults, so parity also shows they
+    change nothing here) and seeded once; init states 0, 1, ... in order, each after
+    ``env.reset()``; 10 warm-up steps of float32 ``[0]*6 + [-1]``; the prompt read from
+    ``env.language_instruction`` (the BDDL file's instruction, not ``task.language``); then up
+    to ``max_steps`` steps, success as soon as ``done``. Left out: the runner's 50 s wall-clock
+    episode timeout (it depends on the machine) and its action chunking (a policy matter)."""
+    import random
+
+    from libero.libero import benchmark, get_libero_path
+    from libero.libero.envs import OffScreenRenderEnv
+
+    random.seed(seed)
+    np.random.seed(seed)
+    suite = benchmark.get_benchmark_dict()[suite_name]()
+    task = suite.get_task(task_index)
+    init_states = suite.get_task_init_states(task_index)
+    env = OffScreenRenderEnv(
+        bddl_file_name=os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file),
+        camera_heights=256,
+        camera_widths=256,
+        horizon=max_steps + WAIT_STEPS + 20,
+        ignore_done=True,
+    )
+    env.seed(seed)
+    warm_up = np.array(WAIT_ACTION, np.float32)
+    results = []
+    try:
+        for k in range(episodes):
+            env.reset()
+            raw = env.set_init_state(init_states[k])
+            for _ in range(WAIT_STEPS):
+                raw, _, _, _ = env.step(warm_up)
+            prompt = str(env.language_instruction)
+            digest = Digest()
+            for step in range(max_steps):
+                obs = {**flipped(raw), "instruction": prompt}
+                digest.observe(obs)
+                action = deterministic_action(obs, step)
+                digest.act(action)
+                raw, reward, done, _ = env.step(action.tolist())
+                digest.episode_return += float(reward)
+                if done:
+                    digest.success = True
+                    break
             results.append(digest.result())
     finally:
         env.close()

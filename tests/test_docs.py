@@ -84,6 +84,8 @@ def test_the_own_benchmark_example_evaluates_to_full_success(tmp_path: Path) -> 
     run_page(ROOT / "docs" / "own-benchmark.md", tmp_path)
     summary = json.loads((tmp_path / "results" / "reach-all-reach_policy_GoToTarget" / "summary.json").read_text())
     assert summary["sr_split"] == 1.0 and summary["n_completed"] == 8
+    task = json.loads((tmp_path / "results" / "reach-all-reach_policy_GoToTarget" / "Reach-v0.json").read_text())
+    assert task["control_mode"] == "velocity" and 0 <= task["mean_closest"] < 0.05  # the adapter's extra field
 
 
 def test_the_readme_policy_honours_the_contract(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_vlaeval.gate.sequential_gate import SequentialResult
 from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED, Verdict
-from pytest_vlaeval.report.axes import group_rates, summary_axes
+from pytest_vlaeval.report.axes import group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.subset import unfinished_shards
@@ -56,7 +56,7 @@ def render_summary(
         tr.write(_tables(tr, summary, per_task))
     tr.write_line(
         f"episodes: {summary['n_completed']} completed, {summary['n_errors']} errors, {summary['n_missing']} missing "
-        f"of {summary['n_expected']}; split SR {pct(summary['sr_split'])}"
+        f"of {summary['n_expected']}; split SR {pct(summary['sr_split'])}; {'; '.join(other_numbers(summary))}"
     )
     for env_id in summary["tasks_without_results"]:
         tr.write_line(f"no completed episode: {env_id}", yellow=True)

@@ -8,8 +8,12 @@ steps of ``[0]*6 + [-1]``. The harnesses run a task's episodes in order in one e
 worker may run any episode in any order, so the adapter keeps the env's own RNG stream (saved
 after every reset, restored before the next, so a policy or library drawing from numpy's
 global RNG between resets changes nothing) and a count of resets since seeding. Episode k
-replays the resets it lacks (going backwards re-seeds first); ``replayed_resets`` on the
-episode record shows what that cost.
+replays the resets it lacks (going backwards re-seeds first); the episode's extra field
+``replayed_resets`` shows what that cost.
+
+LIBERO-PRO (``benchmarks/libero-pro.yaml``) is the same env on perturbed BDDL files, built here
+too; two env options say what differs: ``instruction_source`` (``INSTRUCTION_SOURCES``) and
+``env_id_format`` (``DEFAULT_ENV_ID_FORMAT``).
 
 Imported only inside workers that run LIBERO episodes (and by the preflight check).
 """
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import Adapter, ExtraValue
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
@@ -87,7 +92,7 @@ def numpy_rng(state: Any) -> Iterator[list[Any]]:
         np.random.set_state(outer)
 
 
-class LiberoEnv:
+class LiberoEnv(Adapter):
     """Adapter: ``reset(seed=k)`` gives episode k of the task (the harnesses' episode k)."""
 
     def __init__(
@@ -148,6 +153,9 @@ class LiberoEnv:
         info["success"] = bool(done)
         return policy_obs(raw), float(reward), bool(done), False, info
 
+    def episode_extras(self) -> dict[str, ExtraValue]:
+        return {"replayed_resets": self.replayed_resets}
+
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
         """The agent view beside the policy's two cameras (for videos)."""
         from pytest_vlaeval.envs.frames import compose
@@ -158,16 +166,44 @@ class LiberoEnv:
         self.env.close()
 
 
+INSTRUCTION_SOURCES = ("task", "bddl")
+"""Where the policy's instruction comes from (env option ``instruction_source``, ``task`` when
+absent). ``task``: the package's ``task.language``, made from the BDDL file's name, as openpi sends
+for LIBERO. ``bddl``: the BDDL file's own ``(:language ...)``, i.e. ``env.language_instruction``,
+as LIBERO-PRO's runner sends. LIBERO-PRO's semantic and task suites keep the original file names
+while their BDDL files hold the perturbed instruction, so for them only ``bddl`` is the benchmark."""
+
+DEFAULT_ENV_ID_FORMAT = "{name}"
+"""How a benchmark file's env id names a package task (env option ``env_id_format``; ``{split}``
+and ``{name}`` are replaced). LIBERO's suites have distinct task names, so the name is the id;
+LIBERO-PRO's suites reuse the original names (five suites share each one), so its file writes
+``{split}.{name}``."""
+
+
 def suite_task(task: Task, benchmark: Benchmark) -> tuple[Any, int]:
-    """(LIBERO benchmark suite object, task index) for a benchmark-file task."""
+    """(LIBERO benchmark suite object, task index) for a benchmark-file task: the task of the
+    split's suite whose name, written as ``env_id_format`` says, is the task's env id."""
     from libero.libero import benchmark as libero_benchmark
 
-    suite_name = benchmark.env.options["suites"][task.split]
+    options = benchmark.env.options
+    suite_name = options["suites"][task.split]
     suite = libero_benchmark.get_benchmark_dict()[suite_name]()
-    names = [suite.get_task(i).name for i in range(suite.n_tasks)]
-    if task.env_id not in names:
-        raise EnvError(f"{task.env_id} is not a task of {suite_name}")
-    return suite, names.index(task.env_id)
+    id_format = str(options.get("env_id_format", DEFAULT_ENV_ID_FORMAT))
+    # Plain replacement, not str.format: a benchmark file is data, never a format program.
+    ids = [
+        id_format.replace("{split}", task.split).replace("{name}", suite.get_task(i).name) for i in range(suite.n_tasks)
+    ]
+    if task.env_id not in ids:
+        raise EnvError(f"{task.env_id} is not a task of {suite_name} (env ids {id_format!r})")
+    return suite, ids.index(task.env_id)
+
+
+def bddl_instruction(bddl_file: str) -> str:
+    """The BDDL file's ``(:language ...)`` as the env reads it (lower-cased, one space between
+    words): the parser ``ControlEnv`` sets ``language_instruction`` from, without building an env."""
+    from libero.libero.envs.bddl_utils import get_problem_info
+
+    return str(get_problem_info(bddl_file)["language_instruction"])
 
 
 def make_env(task: Task, benchmark: Benchmark, render_request: str) -> LiberoEnv:
@@ -175,30 +211,32 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> LiberoEnv
     with 256x256 cameras, seeded once."""
     gl = set_gl_backend(render_request)
     options = benchmark.env.options
+    source = options.get("instruction_source", "task")
+    if source not in INSTRUCTION_SOURCES:
+        raise EnvError(f"env option instruction_source is {source!r}; expected one of {', '.join(INSTRUCTION_SOURCES)}")
     try:
         from libero.libero import get_libero_path
         from libero.libero.envs import OffScreenRenderEnv
 
         suite, index = suite_task(task, benchmark)
         spec = suite.get_task(index)
-        size = int(options["camera_size"])
-        env = OffScreenRenderEnv(
-            bddl_file_name=os.path.join(get_libero_path("bddl_files"), spec.problem_folder, spec.bddl_file),
-            camera_heights=size,
-            camera_widths=size,
-        )
+        bddl_file = os.path.join(get_libero_path("bddl_files"), spec.problem_folder, spec.bddl_file)
+        # Checked before the env is built (seconds): a stale benchmark file fails at once.
+        expected = bddl_instruction(bddl_file) if source == "bddl" else spec.language
+        if task.instruction and task.instruction != expected:
+            raise EnvError(f"{task.env_id}: benchmark file says {task.instruction!r}, LIBERO says {expected!r}")
         init_states = np.asarray(suite.get_task_init_states(index))
+        size = int(options["camera_size"])
+        env = OffScreenRenderEnv(bddl_file_name=bddl_file, camera_heights=size, camera_widths=size)
     except EnvError:
         raise
     except Exception as exc:
         raise EnvError(f"cannot build LIBERO task {task.env_id} (MUJOCO_GL={gl}): {type(exc).__name__}: {exc}") from exc
-    if task.instruction and spec.language != task.instruction:
-        env.close()
-        raise EnvError(f"{task.env_id}: benchmark file says {task.instruction!r}, LIBERO says {spec.language!r}")
+    instruction = str(env.language_instruction) if source == "bddl" else spec.language
     return LiberoEnv(
         env,
         init_states,
-        instruction=spec.language,
+        instruction=instruction,
         max_steps=task.max_steps,
         env_seed=int(options["env_seed"]),
         wait_steps=int(options["wait_steps"]),

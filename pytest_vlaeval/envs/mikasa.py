@@ -16,11 +16,12 @@ import numpy as np
 import torch
 
 from pytest_vlaeval.envs import render
+from pytest_vlaeval.envs.adapter import Adapter, ExtraValue, Step
 from pytest_vlaeval.errors import AssetMissing, EnvError, env_call
 from pytest_vlaeval.spec import Benchmark, Task
 
 
-class MikasaEnv:
+class MikasaEnv(Adapter):
     """Adapter: numpy action in, plain Python reward/flags/success out."""
 
     def __init__(self, env: Any, render_backend: str) -> None:
@@ -32,7 +33,7 @@ class MikasaEnv:
     def reset(self, *, seed: int, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.env.reset(seed=seed, options=options)
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    def step(self, action: np.ndarray) -> Step:
         # ``action`` is the episode loop's fresh copy for this step, so the env may keep (and
         # zero in place on reset) the tensor that shares its memory.
         tensor = torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, -1)
@@ -81,7 +82,7 @@ class MikasaRows:
         obs, info = env_call(self.env.reset, seed=padded, options=options)
         return [(_row_of(obs, i, self.num_envs), _row_of(info, i, self.num_envs)) for i in range(len(seeds))]
 
-    def step(self, actions: Sequence[np.ndarray | None]) -> list[tuple[Any, float, bool, bool, dict[str, Any]] | None]:
+    def step(self, actions: Sequence[np.ndarray | None]) -> list[Step | None]:
         width = next(a.shape[-1] for a in actions if a is not None)
         batch = np.zeros((self.num_envs, width), dtype=np.float32)
         for i, action in enumerate(actions):
@@ -91,7 +92,7 @@ class MikasaRows:
         obs, reward, terminated, truncated, info = env_call(self.env.step, tensor)
         rewards, terminations, truncations = _flat(reward), _flat(terminated), _flat(truncated)
         successes = _flat(info.get("success"))
-        results: list[tuple[Any, float, bool, bool, dict[str, Any]] | None] = []
+        results: list[Step | None] = []
         for i, action in enumerate(actions):
             if action is None:
                 results.append(None)
@@ -101,6 +102,9 @@ class MikasaRows:
             row_obs = _row_of(obs, i, self.num_envs)
             results.append((row_obs, float(rewards[i]), bool(terminations[i]), bool(truncations[i]), row_info))
         return results
+
+    def episode_extras(self, row: int) -> dict[str, ExtraValue]:
+        return {}
 
     def close(self) -> None:
         self.env.close()

@@ -13,14 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import Adapter, ExtraValue, Reset, Step
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
 ENV_ID = "gym_pusht/PushT-v0"
 
 
-class PushTEnv:
-    """Adapter: numpy action in, plain Python reward/flags/success out."""
+class PushTEnv(Adapter):
+    """Adapter: numpy action in, plain Python reward/flags/success out; the episode's maximum
+    reward (LeRobot's per-episode ``max_reward``, averaged into ``avg_max_reward``) as its extra."""
 
     render_backend = "pygame"
 
@@ -28,15 +30,21 @@ class PushTEnv:
         self.env = env
         self.instruction = instruction
         self.max_episode_steps = int(env.spec.max_episode_steps)
+        self.max_reward: float | None = None
 
-    def reset(self, *, seed: int, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
         obs, info = self.env.reset(seed=seed, options=options or None)
+        self.max_reward = None
         return obs, {**info, "language_instruction": self.instruction, "success": bool(info.get("is_success"))}
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    def step(self, action: np.ndarray) -> Step:
         obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32).reshape(-1))
         info = {**info, "language_instruction": self.instruction, "success": bool(info["is_success"])}
+        self.max_reward = float(reward) if self.max_reward is None else max(self.max_reward, float(reward))
         return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def episode_extras(self) -> dict[str, ExtraValue]:
+        return {"max_reward": self.max_reward}
 
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
         return np.asarray(obs["pixels"])
@@ -60,6 +68,7 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> PushTEnv:
             obs_type=options["obs_type"],
             render_mode="rgb_array",
             max_episode_steps=task.max_steps,
+            disable_env_checker=True,  # as LeRobot builds it (the checker changes no value, only warns)
         )
     except Exception as exc:
         raise EnvError(f"cannot build {ENV_ID}: {type(exc).__name__}: {exc}") from exc

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import EnvAdapter, ExtraValue, Step, checked_extras
 from pytest_vlaeval.episodes.loop import (
     EpisodeResult,
-    Step,
     checked_reset,
     checked_step,
     instruction_text,
@@ -54,6 +54,10 @@ class RowEnvs(Protocol):
         """Step every row given an action; None in, None out (a row that has ended)."""
         ...
 
+    def episode_extras(self, row: int) -> Mapping[str, ExtraValue]:
+        """The benchmark's own fields of the episode that just ended on ``row`` (``EnvAdapter``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -61,11 +65,11 @@ class SeparateEnvs:
     """K lone envs of a task as one block, stepped one after the other: a benchmark's own adapter,
     unchanged, so each row is exactly the lone episode of its seed."""
 
-    def __init__(self, envs: Sequence[Any]) -> None:
+    def __init__(self, envs: Sequence[EnvAdapter]) -> None:
         self.envs = list(envs)
         self.num_envs = len(self.envs)
         self.max_episode_steps = self.envs[0].max_episode_steps  # checked where the block runs (``step_limit``)
-        self.render_backend = getattr(self.envs[0], "render_backend", "none")
+        self.render_backend = self.envs[0].render_backend
 
     def reset(self, seeds: Sequence[int], options: dict[str, Any]) -> list[Reset | EpisodeError]:
         return [
@@ -78,6 +82,9 @@ class SeparateEnvs:
             None if action is None else _row(checked_step, env.step, action)
             for env, action in zip(self.envs, actions, strict=True)
         ]
+
+    def episode_extras(self, row: int) -> Mapping[str, ExtraValue]:
+        return self.envs[row].episode_extras()
 
     def close(self) -> None:
         for env in self.envs:
@@ -155,7 +162,7 @@ def run_block(
                 if isinstance(ended, EpisodeError):
                     outcomes[row.slot] = ended
                 elif ended:
-                    outcomes[row.slot] = _finish(row, engine)
+                    outcomes[row.slot] = _finish(row, envs, engine)
             live = [row for row in live if outcomes[row.slot] is None]
     except EpisodeError as exc:  # the whole simulator, or the block's deadline: every row still open ends
         outcomes = [exc if outcome is None else outcome for outcome in outcomes]
@@ -200,8 +207,12 @@ def _advance(row: _Row, result: Step | EpisodeError | None, max_steps: int) -> b
     return bool(terminated or truncated) or row.length >= max_steps
 
 
-def _finish(row: _Row, engine: PolicyEngine) -> Outcome:
-    result = EpisodeResult(success=row.success, episode_return=row.episode_return, length=row.length)
+def _finish(row: _Row, envs: RowEnvs, engine: PolicyEngine) -> Outcome:
+    try:
+        extras = checked_extras(env_call(envs.episode_extras, row.slot))
+    except EpisodeError as exc:
+        return exc
+    result = EpisodeResult(row.success, row.episode_return, row.length, extras, row.episode.info.instruction)
     try:
         engine.end(row.episode, result)
     except EpisodeError as exc:

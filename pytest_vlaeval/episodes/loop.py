@@ -1,8 +1,7 @@
 """The canonical episode loop, independent of any simulator.
 
-The env it drives is a benchmark adapter (see ``envs/mikasa.py``) with plain-Python step results:
-``reset(seed=, options=) -> (obs, info)``, ``step(action) -> (obs, reward, terminated,
-truncated, info)`` with ``info["success"]`` a bool, ``max_episode_steps`` and ``close()``.
+The env it drives is a benchmark's adapter (``envs.adapter.EnvAdapter``); what it returns is
+checked against that contract here, so a broken adapter is an env error naming what came back.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import EnvAdapter, ExtraValue, Step, checked_extras
 from pytest_vlaeval.errors import EnvError, PolicyError, blame, env_call
 from pytest_vlaeval.policy.contract import EpisodeInfo, Policy, as_action_chunk
 
@@ -27,10 +27,14 @@ class EpisodeResult:
     success: bool
     episode_return: float
     length: int
+    extras: dict[str, ExtraValue]
+    """The adapter's ``episode_extras()`` at the episode's end."""
+    instruction: str
+    """The instruction the policy got at the episode's start (LIBERO-PRO: the perturbed one)."""
 
 
 def run_episode(
-    env: Any,
+    env: EnvAdapter,
     policy: Policy,
     *,
     task: str,
@@ -74,7 +78,8 @@ def run_episode(
             break
     if on_frame is not None:
         on_frame(obs)
-    result = EpisodeResult(success=success_once, episode_return=total_return, length=length)
+    extras = checked_extras(env_call(env.episode_extras))
+    result = EpisodeResult(success_once, total_return, length, extras, episode.instruction)
     end_episode = getattr(policy, "end_episode", None)
     if end_episode is not None:
         _policy_call(end_episode, result)
@@ -102,11 +107,6 @@ def instruction_text(value: Any, default: str = "") -> str:
 
 def _policy_call(fn: Callable[..., T], *args: Any) -> T:
     return blame(PolicyError, "policy", fn, *args)
-
-
-Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
-"""A step as the loops use it: ``(obs, reward, terminated, truncated, info)``, the reward a finite
-float, the flags and ``info["success"]`` bools."""
 
 
 def checked_reset(value: Any) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.envs import assets
-from pytest_vlaeval.episodes.block import SeparateEnvs, run_block
+from pytest_vlaeval.envs.adapter import EnvAdapter, EnvFactory, checked_adapter
+from pytest_vlaeval.episodes.block import RowEnvs, SeparateEnvs, run_block
 from pytest_vlaeval.episodes.deadline import deadline
 from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.episodes.video import EpisodeVideo
@@ -64,7 +65,7 @@ class EpisodeRunner:
         self.env_builds = 0
         self._policy: Policy | None = None
         self._policy_error: PolicyError | None = None
-        self._env: Any = None
+        self._env: EnvAdapter | RowEnvs | None = None
         self._env_task: str | None = None
         self._env_error: EnvError | None = None
         self._engine: PolicyEngine | None = None
@@ -120,7 +121,6 @@ class EpisodeRunner:
                     fields["video"] = self._keep_video(video, task, seed, success=False)
                     raise
                 fields["video"] = self._keep_video(video, task, seed, success=result.success)
-                fields["replayed_resets"] = getattr(env, "replayed_resets", None)
         except EpisodeError as exc:
             return error_record(
                 task.env_id,
@@ -212,7 +212,7 @@ class EpisodeRunner:
         env = self.selection.benchmark.env
         return env.reference_reset_options if self.reference_order else env.reset_options
 
-    def env_for(self, task: Task, episode_index: int | None = None) -> Any:
+    def env_for(self, task: Task, episode_index: int | None = None) -> EnvAdapter | RowEnvs:
         """The task's env: kept from the worker's last episode when it is the same task, else built.
         Under the reference order, a task's first episode gets a new env, and each later one the env
         that just ran the one before it (``EnvError`` otherwise: a crashed worker broke the sequence)."""
@@ -243,18 +243,18 @@ class EpisodeRunner:
         self.env_builds += 1
         return env
 
-    def _build(self, task: Task) -> Any:
+    def _build(self, task: Task) -> EnvAdapter | RowEnvs:
         """The task's env, or under lockstep its block of rows: one simulator of ``num_envs=K`` where
         the benchmark offers one on this render backend, else K of its envs."""
         factory, benchmark = self._factory(), self.selection.benchmark
         if self.lockstep == 1:
-            return factory(task, benchmark, self.render_request)
+            return checked_adapter(factory(task, benchmark, self.render_request), benchmark.env.factory)
         if vectorized(benchmark, self.render_request):
-            return factory(task, benchmark, self.render_request, num_envs=self.lockstep)
-        envs: list[Any] = []
+            return factory(task, benchmark, self.render_request, num_envs=self.lockstep)  # type: ignore[call-arg]
+        envs: list[EnvAdapter] = []
         try:
             for _ in range(self.lockstep):
-                envs.append(factory(task, benchmark, self.render_request))
+                envs.append(checked_adapter(factory(task, benchmark, self.render_request), benchmark.env.factory))
         except BaseException:
             for env in envs:
                 env.close()
@@ -288,12 +288,12 @@ class EpisodeRunner:
             if reason:
                 raise AssetMissing(f"{task.env_id} cannot run: {reason}")
 
-    def _factory(self) -> Any:
+    def _factory(self) -> EnvFactory:
         module_name, attr = split_reference(self.selection.benchmark.env.factory) or ("", "")
         return load_reference(module_name, attr)
 
     def _render_backend(self) -> str | None:
-        return getattr(self._env, "render_backend", None)
+        return self._env.render_backend if self._env is not None else None
 
 
 def vectorized(benchmark: Benchmark, render_request: str) -> bool:
@@ -316,6 +316,8 @@ def _completed(task: str, seed: int, result: EpisodeResult, **fields: Any) -> Ep
         length=result.length,
         message=outcome_message(result.success, result.length, result.episode_return),
         time=timestamp(),
+        instruction=result.instruction,
+        extras=result.extras,
         **fields,
     )
 

@@ -12,17 +12,20 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import EnvAdapter
+
 FPS = 30
 
 
 class EpisodeVideo:
-    def __init__(self, env: Any) -> None:
-        self.render_frame = getattr(env, "render_frame", None)
+    def __init__(self, env: EnvAdapter) -> None:
+        self.render_frame = env.render_frame
         self.frames: list[np.ndarray] = []
 
     def capture(self, obs: dict[str, Any]) -> None:
-        if self.render_frame is not None:
-            self.frames.append(self.render_frame(obs))
+        frame = self.render_frame(obs)
+        if frame is not None:
+            self.frames.append(frame)
 
     def write(self, path: Path) -> Path | None:
         """Write a WebM (VP8, which browsers play inline, so ``report.html`` can show it; OpenCV's

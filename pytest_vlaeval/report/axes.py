@@ -1,9 +1,13 @@
 """The axes a run's tasks are grouped by, as its ``summary.json`` lists them (the benchmark file
-declares them: MIKASA's split and memory type, LIBERO's suite), and the group SRs along each.
+declares them: MIKASA's split and memory type, LIBERO's suite), and the group SRs along each;
+the grid of two of them where the benchmark has one (LIBERO-PRO), and its own numbers.
 Every reader of groups (reports, chart, compare, ``evaluate``) reads them from here."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.schema import Summary
 from pytest_vlaeval.spec import SPLIT_AXIS, Axis
 
@@ -22,3 +26,45 @@ def group_rates(axis: Axis, summary: Summary) -> list[tuple[str, float, list[flo
     rates: dict[str, float] = summary.get(axis.summary, {})  # type: ignore[assignment]
     intervals: dict[str, list[float]] = summary.get(axis.intervals, {})  # type: ignore[assignment]
     return [(name, sr, intervals[name]) for name, sr in rates.items()]
+
+
+def benchmark_metrics(summary: Summary) -> list[tuple[str, str]]:
+    """``(key, value as text)`` of the benchmark's own summary numbers (Push-T: ``pc_success``,
+    ``avg_max_reward``), as ``summary.json`` names them."""
+    values = [(key, summary.get(key)) for key in summary.get("benchmark_metrics", [])]
+    return [(key, "-" if value is None else f"{value:.4g}") for key, value in values]
+
+
+def grid_table(summary: Summary) -> dict[str, Any] | None:
+    """The grid as rows of cells for a table: ``{"corner", "columns", "rows": [(row, [SR or
+    None, ...])], "total", "total_ci95", "note"}``; None without a grid."""
+    grid = summary.get("grid")
+    if not grid:
+        return None
+    labels = {a.field: a.label for a in summary_axes(summary)}
+    columns = list(next(iter(grid["cells"].values()), {}))
+    missing = grid["missing_cells"]
+    note = f"{grid['total_definition']}."
+    if missing:
+        note += f" Over {len(columns) * len(grid['cells']) - len(missing)} cells; without {', '.join(missing)}"
+        unavailable = grid["unavailable_splits"]
+        note += f" ({'; '.join(sorted(set(unavailable.values())))})." if unavailable else "."
+    return {
+        "corner": f"{labels.get(grid['rows'], grid['rows'])} x {labels.get(grid['columns'], grid['columns'])}",
+        "columns": columns,
+        "rows": [(row, [cells[c] for c in columns]) for row, cells in grid["cells"].items()],
+        "total": grid["total"],
+        "total_ci95": grid["total_ci95"],
+        "note": note,
+    }
+
+
+def other_numbers(summary: Summary) -> list[str]:
+    """The run's numbers beside the split SR, as text: the SR pooled over episodes, the
+    benchmark's own (``pc_success``...) and its grid's total."""
+    numbers = [f"SR pooled over episodes {pct(summary.get('sr_pooled'))} {interval(summary.get('sr_pooled_ci95'))}"]
+    numbers += [f"{key} {value}" for key, value in benchmark_metrics(summary)]
+    grid = summary.get("grid")
+    if grid:
+        numbers.append(f"grid total {pct(grid['total'])}" + ("" if grid["complete"] else " (cells missing)"))
+    return [n.rstrip() for n in numbers]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.stats import task_outcomes
-from pytest_vlaeval.report.axes import group_rates, summary_axes
+from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.chart import NOT_EVALUATED
 from pytest_vlaeval.report.page import attribute_name, interval, pct, render
 from pytest_vlaeval.results.rundir import RunDir
@@ -52,6 +52,8 @@ def render_report(
             for name, sr, bounds in group_rates(axis, summary)
         ],
         **_tasks(summary, per_task),
+        grid=grid_table(summary),
+        other_numbers=other_numbers(summary),
         flips=_flips(baseline, per_task),
         sections=_episodes(run_dir, summary, per_task),
         not_evaluated=NOT_EVALUATED,

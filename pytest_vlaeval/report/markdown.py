@@ -5,7 +5,7 @@ from __future__ import annotations
 from pytest_vlaeval.gate.fixed import GateResult
 from pytest_vlaeval.gate.sequential_gate import SequentialResult
 from pytest_vlaeval.gate.verdict import Verdict
-from pytest_vlaeval.report.axes import group_rates, summary_axes
+from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.schema import Summary, TaskResult
 
@@ -20,6 +20,20 @@ def markdown_report(summary: Summary, per_task: list[TaskResult], verdict: Verdi
         f"{', partial' if summary['partial'] else ''}).",
         "",
     ]
+    lines += ["; ".join(other_numbers(summary)) + ".", ""]
+    grid = grid_table(summary)
+    if grid:
+        lines += [
+            f"| {grid['corner']} | {' | '.join(grid['columns'])} |",
+            f"| --- |{' ---: |' * len(grid['columns'])}",
+            *(
+                f"| {row} | {' | '.join(pct(sr) if sr is not None else '-' for sr in cells)} |"
+                for row, cells in grid["rows"]
+            ),
+            "",
+            f"Total **{pct(grid['total'])}** {interval(grid['total_ci95'])}: {grid['note']}",
+            "",
+        ]
     if verdict is not None:
         lines += [f"**{verdict.verdict()}**", ""]
     if isinstance(verdict, SequentialResult) and verdict.stopped:

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timezone
+from typing import Any
 
 from pytest_vlaeval.gate.stats import group_sr, seed_clustered_interval, success_rate, task_outcomes, wilson
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
+from pytest_vlaeval.results.schema import Canonical, GridSummary, Summary, TaskResult
 from pytest_vlaeval.results.store import write_json_atomic
-from pytest_vlaeval.spec import Axis, Selection, Task
+from pytest_vlaeval.spec import Axis, Extra, Grid, Reporting, Selection, Task
 
 CI95_METHODS = {
     "per_task_sr_ci95": "Wilson score interval over the task's seeds",
+    "sr_pooled_ci95": "Wilson score interval over every completed episode (ignores that tasks share seeds)",
     "sr_split_ci95": "mean of task SRs; variance with seeds as clusters (tasks share seeds, so they correlate), "
     "Wilson interval at the effective number of independent episodes, t quantile on seeds - 1 degrees of freedom",
 }
@@ -59,9 +61,7 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
         "sr": success_rate(sum(successes), len(successes)),
         "mean_return": _mean(returns),
         "benchmark_commit": benchmark.benchmark_commit,
-        "control_mode": benchmark.env.options.get("control_mode"),
-        "obs_mode": benchmark.env.options.get("obs_mode"),
-        "wrapper_chain": benchmark.env.options.get("wrapper_chain"),
+        **{name: benchmark.env.options[name] for name in benchmark.reporting.result_fields},  # type: ignore[typeddict-item]
         "action_chunk_size": described.chunk_size if described else None,
         "model": described.model if described else {},
         "episode_lengths": [int(r.length) for r in done],
@@ -73,8 +73,14 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
         "errors": [{"seed": r.seed, "message": r.message} for r in errors],
         "complete": len(done) == selection.episodes,
         "render_backend": described.render_backend if described else None,
-        "replayed_resets": sum(r.replayed_resets or 0 for r in done),
+        **{extra.summary: extra.reduced(extra_values(done, extra)) for extra in benchmark.reporting.extras},  # type: ignore[typeddict-item]
     }
+
+
+def extra_values(records: list[EpisodeRecord], extra: Extra) -> list[float]:
+    """An extra's numbers over completed episodes, those whose adapter gave it (an old record may lack it)."""
+    values = ((r.extras or {}).get(extra.field) for r in records)
+    return [float(v) for v in values if isinstance(v, (int, float))]
 
 
 def finished_task(selection: Selection, latest: LatestRecords, task: Task) -> TaskResult | None:
@@ -106,6 +112,7 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
     axes = selection.benchmark.axes
     by_axis = {axis: _grouped(axis, per_task, by_name=axis != axes[0]) for axis in axes}
     completed = [r for r in records.values() if r.completed]
+    n_successes = sum(bool(r.success) for r in completed)
     errored = [r for r in records.values() if not r.completed]
     n_missing = len(universe) - len(records)
     rerolled = [
@@ -136,7 +143,15 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         "action_chunk_size": first.get("action_chunk_size"),
         "model": first.get("model", {}),
         "render_backend": first.get("render_backend"),
-        "replayed_resets": sum(r["replayed_resets"] for r in per_task),
+        "sr_pooled": success_rate(n_successes, len(completed)) if completed else None,
+        "sr_pooled_ci95": list(wilson(n_successes, len(completed))) if completed else None,
+        **(pooled := pooled_fields(selection.benchmark.reporting, completed, n_successes)),  # type: ignore[typeddict-item]
+        "benchmark_metrics": list(pooled),
+        **(
+            {"grid": grid_summary(grid, per_task, selection.benchmark.unavailable_splits)}
+            if (grid := selection.benchmark.reporting.grid)
+            else {}
+        ),
         "privileged_info_to_policy": False,
         "n_tasks_expected": len(selection.tasks),
         "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],
@@ -152,6 +167,42 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     return body, per_task
+
+
+def pooled_fields(reporting: Reporting, completed: list[EpisodeRecord], n_successes: int) -> dict[str, Any]:
+    """The benchmark's own summary numbers pooled over every completed episode: its extras
+    (``avg_max_reward``) and its key for the pooled success percentage (``pc_success``)."""
+    fields: dict[str, Any] = {e.summary: e.reduced(extra_values(completed, e)) for e in reporting.extras}
+    if reporting.pooled_success_key:
+        fields[reporting.pooled_success_key] = 100 * n_successes / len(completed) if completed else None
+    return fields
+
+
+def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, str]) -> GridSummary:
+    """The grid's cells (each the mean of its tasks' SRs, as any group's SR), and its total: the
+    unweighted mean of the cells with results, which is the benchmark's own headline only when no
+    cell is missing (``missing_cells`` says which are; ``unavailable_splits``, what cannot run here)."""
+    cells: dict[str, dict[str, list[TaskResult]]] = defaultdict(lambda: defaultdict(list))
+    for result in per_task:
+        cells[result[grid.rows.field]][result[grid.columns.field]].append(result)  # type: ignore[literal-required]
+    table = {row: {col: group_sr(r["sr"] for r in cells[row][col]) if cells[row][col] else None
+                   for col in grid.column_groups} for row in grid.row_groups}  # fmt: skip
+    present = [results for row in grid.row_groups for col in grid.column_groups if (results := cells[row][col])]
+    sizes = {len(results) for results in present}
+    return {
+        "rows": grid.rows.field,
+        "columns": grid.columns.field,
+        "cells": table,
+        "total": _mean([group_sr(r["sr"] for r in results) for results in present]) if present else None,
+        # Equal cells: the total is the mean of their tasks' SRs, whose interval is the split's.
+        "total_ci95": _group_interval([r for results in present for r in results]) if len(sizes) == 1 else None,
+        "total_definition": grid.total,
+        "missing_cells": [
+            f"{row}/{col}" for row in grid.row_groups for col in grid.column_groups if not cells[row][col]
+        ],
+        "complete": len(present) == len(grid.row_groups) * len(grid.column_groups),
+        "unavailable_splits": dict(unavailable),
+    }
 
 
 def _grouped(axis: Axis, per_task: list[TaskResult], *, by_name: bool) -> dict[str, list[TaskResult]]:

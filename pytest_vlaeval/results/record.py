@@ -41,9 +41,11 @@ class EpisodeRecord:
     """Whether this episode's env was built for it (not kept from the worker's previous episode)."""
     lockstep: int | None = None
     """The size of the block this episode ran in lockstep with (``--vla-lockstep``); None alone."""
-    replayed_resets: int | None = None
-    """Env resets replayed before this episode to reach its canonical RNG state (LIBERO); None
-    where the benchmark's episodes need none."""
+    instruction: str | None = None
+    """The instruction the policy got at the episode's start; None for an episode that did not end."""
+    extras: dict[str, str | int | float | bool | None] | None = None
+    """The benchmark adapter's own fields of the episode, as it gave them (``envs.adapter``:
+    LIBERO's ``replayed_resets``, Push-T's ``max_reward``); None for an episode that did not end."""
     video: str | None = None
     detail: str | None = None
     """For errors raised by the policy or simulator: the original traceback."""

@@ -8,7 +8,10 @@ on what a reader of a baseline may miss.
 A benchmark's axes (``spec.Axis``) add keys of their own: each task's group under the axis's
 field (MIKASA: ``memory_type``), and the group SRs and intervals under the axis's summary key
 (``sr_per_memory_type``, ``sr_per_memory_type_ci95``); ``Summary.axes`` lists them for readers.
-The split's are typed here, as every benchmark has one.
+The split's are typed here, as every benchmark has one. So does its reporting (``spec.Reporting``):
+env options copied into each task's file (MIKASA's ``control_mode``, ``obs_mode``,
+``wrapper_chain``), its episode extras summarised per task and per run (LIBERO's
+``replayed_resets``, Push-T's ``avg_max_reward``) and its pooled success key (``pc_success``).
 """
 
 from __future__ import annotations
@@ -42,9 +45,6 @@ class ReferenceTaskResult(TypedDict):
     sr: float
     mean_return: float
     benchmark_commit: str | None
-    control_mode: str | None
-    obs_mode: str | None
-    wrapper_chain: str | None
     action_chunk_size: int | None
     model: dict[str, Any]
     episode_lengths: list[int]
@@ -60,8 +60,6 @@ class TaskResult(ReferenceTaskResult):
     errors: list[TaskError]
     complete: bool
     render_backend: str | None
-    replayed_resets: int
-    """Env resets replayed to bring episodes to their canonical state (LIBERO; 0 when run in order)."""
 
 
 class AxisEntry(TypedDict):
@@ -74,9 +72,27 @@ class AxisEntry(TypedDict):
     intervals: str
 
 
+class GridSummary(TypedDict):
+    """``summary.json``'s ``grid``: two axes as a table of SRs, and the benchmark's total over it."""
+
+    rows: str
+    columns: str
+    cells: dict[str, dict[str, float | None]]
+    total: float | None
+    total_ci95: list[float] | None
+    total_definition: str
+    missing_cells: list[str]
+    """``row/column`` of each cell without results (not run here, or not runnable)."""
+    complete: bool
+    unavailable_splits: dict[str, str]
+    """The benchmark's splits this install cannot run, with why (LIBERO-PRO's environment perturbation)."""
+
+
 class _SummaryGate(TypedDict, total=False):
     gate: dict[str, Any]
     """The gate's verdict and evidence, once a gate has judged the run."""
+    grid: GridSummary
+    """For a benchmark that declares a grid (LIBERO-PRO)."""
 
 
 class Summary(_SummaryGate):
@@ -103,8 +119,11 @@ class Summary(_SummaryGate):
     action_chunk_size: int | None
     model: dict[str, Any]
     render_backend: str | None
-    replayed_resets: int
-    """Env resets replayed to bring episodes to their canonical state (LIBERO; 0 when run in order)."""
+    sr_pooled: float | None
+    """Successes over completed episodes, pooled over tasks (LeRobot's overall rate; not ``sr_split``)."""
+    sr_pooled_ci95: list[float] | None
+    benchmark_metrics: list[str]
+    """The benchmark's own summary keys (``pc_success``, ``avg_max_reward``), for readers."""
     privileged_info_to_policy: bool
     n_tasks_expected: int
     tasks_without_results: list[str]

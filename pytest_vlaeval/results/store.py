@@ -31,8 +31,13 @@ from pytest_vlaeval.spec import Benchmark, Selection, load_benchmark
 
 def run_dir_name(selection: Selection, policy_spec: str) -> str:
     benchmark = selection.benchmark
-    name = f"{benchmark.name}-{selection.split}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', policy_spec).strip('_')}"
-    narrowed = len(selection.tasks) != len([t for t in benchmark.tasks if selection.split in ("all", t.split)])
+    name = "-".join(
+        [
+            benchmark.name,
+            *(re.sub(r"[^A-Za-z0-9_.-]+", "_", part).strip("_") for part in (selection.split, policy_spec)),
+        ]
+    )
+    narrowed = len(selection.tasks) != len(benchmark.selected(selection.split))
     if narrowed or not selection.is_canonical:
         detail = json.dumps([[t.env_id for t in selection.tasks], selection.start_seed, selection.episodes])
         name += "-" + hashlib.sha256(detail.encode()).hexdigest()[:8]

@@ -144,7 +144,7 @@ def test_xdist_session_items_json_and_parity(parallel: tuple, reference: list[di
     assert [seen[(TASKS[0], k)] for k in (0, 1)] == reference[:2]
     records = episode_records(run_dir)
     assert {r["worker"] for r in records.values()} <= {"gw0", "gw1"}
-    assert all(r["replayed_resets"] == 0 for r in records.values()), records  # affinity: in order
+    assert all(r["extras"]["replayed_resets"] == 0 for r in records.values()), records  # affinity: in order
     for task in TASKS:
         result = read_json(run_dir / f"{task}.json")
         assert result["split"] == "Spatial" and result["episode_seeds"] == [0, 1]
@@ -169,7 +169,7 @@ def test_episode_alone_on_a_fresh_worker_replays_and_matches(
     assert f"libero-spatial::{TASKS[0]}::2 " in proc.stdout
     assert digests(tmp_path)[(TASKS[0], 2)] == reference[2]
     records = episode_records(run_dir)
-    assert records[(TASKS[0], 2)]["replayed_resets"] == 2
+    assert records[(TASKS[0], 2)]["extras"] == {"replayed_resets": 2}
     assert read_json(run_dir / "summary.json")["replayed_resets"] == 4  # 2 per task
 
 

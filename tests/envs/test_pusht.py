@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from helpers import episode_records, read_json
+import pytest
+from helpers import TESTS, episode_records, read_json
 
 
 def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:
@@ -35,3 +40,97 @@ def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:
 
     assert outcome(runs["serial"]) == outcome(runs["parallel"])
     assert {r["render_backend"] for r in runs["serial"].values()} == {"pygame"}
+
+
+PARITY_SEEDS = [1000, 1001, 1002, 1003, 1004]
+SOLVED_SEED = 1015
+"""The scripted pusher's quickest success among seeds 1000-1049 (64 steps)."""
+REVERSED = """
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items):
+    yield
+    items.reverse()  # after the plugin has put them in benchmark order
+"""
+
+
+def pusher_session(directory: Path, *args: str, policy: str = "pusht_reference:Pusher") -> subprocess.Popen[str]:
+    """A Push-T pytest session in its own process, started (not waited for): the scripted pusher
+    unless ``policy`` says otherwise, writing its digests to ``digests/``."""
+    (directory / "digests").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "PUSHT_DIGEST_DIR": str(directory / "digests")}
+    command = [sys.executable, "-m", "pytest", "--benchmark=pusht", f"--policy={policy}", "-p", "no:cacheprovider"]
+    command += ["--rootdir", str(directory), "--vla-results=results", *args]
+    return subprocess.Popen(
+        command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def finished(proc: subprocess.Popen[str], directory: Path) -> tuple[int, str, Path]:
+    """The session's exit status, output and run directory, once it has ended."""
+    output, _ = proc.communicate(timeout=600)
+    (run_dir,) = (directory / "results").iterdir()
+    return proc.returncode, output, run_dir
+
+
+@contextlib.contextmanager
+def sessions(*procs: subprocess.Popen[str]) -> Iterator[None]:
+    """Sessions running beside the test, ended if the test stops before they do."""
+    try:
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+@pytest.mark.parity
+def test_pusher_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
+    """Seeds 1000-1004 run serially in reverse order and under -n 2 are LeRobot's rollouts of the same
+    seeds (``pusht_reference``, computed here while the sessions run): what the policy saw and did,
+    bit for bit, its success, return and max reward."""
+    from pusht_reference import reference_episodes
+
+    serial_dir, parallel_dir = tmp_path / "serial", tmp_path / "parallel"
+    serial_dir.mkdir()
+    (serial_dir / "conftest.py").write_text(REVERSED)
+    serial = pusher_session(serial_dir, "--episodes=5")
+    parallel = pusher_session(parallel_dir, "--episodes=5", "-n", "2")
+    runs = {}
+    with sessions(serial, parallel):
+        reference = {episode["seed"]: episode for episode in reference_episodes(PARITY_SEEDS)}
+        assert all(episode["success"] for episode in reference.values())  # the pusher solves these five
+        for directory, proc in ((serial_dir, serial), (parallel_dir, parallel)):
+            returncode, output, run_dir = finished(proc, directory)
+            assert returncode == 0, output[-3000:]
+            runs[directory.name] = records = episode_records(run_dir)
+            assert sorted(seed for _, seed in records) == PARITY_SEEDS
+            for seed, expected in reference.items():
+                digest = read_json(directory / "digests" / f"{seed}.json")
+                assert digest == {key: expected[key] for key in digest}, seed
+                record = records[("PushT-v0", seed)]
+                assert (record["success"], record["length"]) == (expected["success"], expected["length"])
+                assert record["episode_return"] == expected["episode_return"]
+                assert record["extras"] == {"max_reward": expected["max_reward"]}
+            result = read_json(run_dir / "PushT-v0.json")
+            assert result["episode_seeds"] == PARITY_SEEDS and result["sr"] == 1.0
+    (log,) = (serial_dir / "results").glob("*/episodes/*.jsonl")
+    assert [json.loads(line)["seed"] for line in log.read_text().splitlines()] == PARITY_SEEDS[::-1]
+    assert {record["worker"] for record in runs["parallel"].values()} <= {"gw0", "gw1"}
+
+
+def test_the_scripted_pusher_solves_a_seed_the_zero_policy_does_not(tmp_path: Path) -> None:
+    """On seed 1015 the pusher, seeing only the 96x96 image and its own position, succeeds; the zero
+    policy (the pusher parked in a corner) does not."""
+    pusher = pusher_session(tmp_path / "pusher", "--episodes=1", f"--vla-start-seed={SOLVED_SEED}")
+    zero = pusher_session(tmp_path / "zero", "--episodes=1", f"--vla-start-seed={SOLVED_SEED}", policy="zero")
+    with sessions(pusher, zero):
+        for name, proc, status, success in (("pusher", pusher, 0, True), ("zero", zero, 1, False)):
+            returncode, output, run_dir = finished(proc, tmp_path / name)
+            assert returncode == status, output[-3000:]
+            result = read_json(run_dir / "PushT-v0.json")
+            assert result["episode_seeds"] == [SOLVED_SEED] and result["successes"] == [success]
+            assert (result["avg_max_reward"] == 1.0) is success

@@ -15,6 +15,8 @@ SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 BROKEN_ENVS = """
 import numpy as np
 
+from pytest_vlaeval.envs.adapter import Adapter
+
 BEHAVIOURS = {
     "ResetNone-v0": "env.reset returned NoneType None; expected (obs, info)",
     "FourTuple-v0": "env.step returned tuple of 4 (dict, float, bool, dict); expected (obs, reward, terminated",
@@ -28,7 +30,7 @@ BEHAVIOURS = {
 }
 
 
-class Broken:
+class Broken(Adapter):
     def __init__(self, task):
         self.kind = task.env_id
         self.max_episode_steps = None if self.kind == "NoStepLimit-v0" else task.max_steps

@@ -23,6 +23,7 @@ from vla_eval.connection import Connection
 from vla_eval.model_servers.predict import PredictModelServer
 from vla_eval.model_servers.serve import serve_async
 
+from pytest_vlaeval.envs.adapter import Adapter
 from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo
@@ -88,7 +89,7 @@ def hosted() -> Iterator[Callable[[bool], tuple[HostedPolicy, str]]]:
             future.cancel()
 
 
-class LoggingEnv:
+class LoggingEnv(Adapter):
     """A tiny env that keeps every action it executes; observations vary with seed and step."""
 
     max_episode_steps = 7  # odd: the last chunk is cut short
