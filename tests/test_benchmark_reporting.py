@@ -131,7 +131,7 @@ def test_a_session_writes_the_grid_extras_and_result_fields(pytester: pytest.Pyt
     assert cells["a"]["object"] == summary["per_task_sr"]["A-obj"] and cells["a"]["env"] is None
     report = (directory / "report.md").read_text()
     assert "| base suite x perturbation | object | swap | env |" in report
-    assert "without a/env, object/env (no scenes for this perturbation in this release)." in report
+    assert "Over 4 of 6 cells, without a/env, object/env; cannot run here: a_env (summary.json" in report
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,10 @@ def benchmark_metrics(summary: Summary) -> list[tuple[str, str]]:
     return [(key, "-" if value is None else f"{value:.4g}") for key, value in values]
 
 
+SHOWN_CELLS = 6
+"""The most missing cells a grid's note names one by one."""
+
+
 def grid_table(summary: Summary) -> dict[str, Any] | None:
     """The grid as rows of cells for a table: ``{"corner", "columns", "rows": [(row, [SR or
     None, ...])], "total", "total_ci95", "note"}``; None without a grid."""
@@ -46,9 +50,15 @@ def grid_table(summary: Summary) -> dict[str, Any] | None:
     missing = grid["missing_cells"]
     note = f"{grid['total_definition']}."
     if missing:
-        note += f" Over {len(columns) * len(grid['cells']) - len(missing)} cells; without {', '.join(missing)}"
+        cells = len(columns) * len(grid["cells"])
+        named = ", ".join(missing) if len(missing) <= SHOWN_CELLS else f"{len(missing)} cells"
+        note += f" Over {cells - len(missing)} of {cells} cells, without {named}"
         unavailable = grid["unavailable_splits"]
-        note += f" ({'; '.join(sorted(set(unavailable.values())))})." if unavailable else "."
+        note += (
+            f"; cannot run here: {', '.join(unavailable)} (summary.json, grid.unavailable_splits)."
+            if unavailable
+            else "."
+        )
     return {
         "corner": f"{labels.get(grid['rows'], grid['rows'])} x {labels.get(grid['columns'], grid['columns'])}",
         "columns": columns,
