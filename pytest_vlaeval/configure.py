@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from pytest_vlaeval import termination
 from pytest_vlaeval.distribute.indexed import AUTO, shard_from_environment
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
+from pytest_vlaeval.install.interpreters import import_problem, installed_in, session_python
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
@@ -138,7 +140,8 @@ def _prepare_controller(
         if config.getoption("vla_gate_plan"):
             _print_plan(gate, run)
         sequential = gate if run.sequential else None
-        place_workers(config)  # before xdist's own pytest_configure reads -n/--tx
+        python = _worker_python(config, run)
+        place_workers(config, python)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(
             config,
             run.selection,
@@ -147,10 +150,13 @@ def _prepare_controller(
             whole_tasks=run.reference_order,
         )
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
-        _preflight(run)
+        _preflight(run, python)
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
         num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
-        store.claim(fingerprint(run.selection, run.policy.identity, run.render, num_envs, run.reference_order))
+        installed = installed_in(python) if python else None  # the simulator's versions are the workers'
+        store.claim(
+            fingerprint(run.selection, run.policy.identity, run.render, num_envs, run.reference_order, installed)
+        )
         store.holds_policy()  # a damaged policy file stops the session now, not at its first episode
         store.keep_spec(run.selection.benchmark)
     except (SpecError, ResultsUnwritable) as exc:
@@ -422,9 +428,29 @@ def _register_markers(config: pytest.Config, selection: Selection) -> None:
         config.addinivalue_line("markers", f"{name}: {benchmark.title} episodes of {' and of '.join(what)}")
 
 
-def _preflight(run: RunContext) -> None:
+def _worker_python(config: pytest.Config, run: RunContext) -> Path | None:
+    """The interpreter of its own the benchmark's workers run in (None: this one), checked now: it
+    exists, and an in-process policy imports in it (else one line naming ``--vla-serve``)."""
+    benchmark = run.selection.benchmark
+    if benchmark.env.interpreter is None:
+        return None
+    if config.option.collectonly:
+        return None
+    python = session_python(benchmark.env.interpreter, benchmark.title)
+    module = getattr(run.policy, "module", None)
+    if module is not None and not config.getoption("vla_serve"):
+        problem = import_problem(python, module)
+        if problem:
+            raise SpecError(
+                f"--policy {run.policy.text!r} does not import in {benchmark.title}'s interpreter ({python}): "
+                f"{problem}; run it in this environment and serve it to the workers with --vla-serve={run.policy.text}"
+            )
+    return python
+
+
+def _preflight(run: RunContext, python: Path | None) -> None:
     """Check the render backend in a throwaway process, so a broken machine fails in one line."""
     module = run.selection.benchmark.env.preflight
-    problem = preflight_problem(module, run.render) if module else None
+    problem = preflight_problem(module, run.render, str(python) if python else sys.executable) if module else None
     if problem:
         raise pytest.UsageError(f"render backend check failed: {problem}")

@@ -97,6 +97,9 @@ class EnvSettings:
     """Render backends on which the factory, given ``num_envs=K``, returns one simulator stepping K
     episodes at once (``episodes.block.RowEnvs``; MIKASA: ``gpu``). Elsewhere a lockstep block is K
     separate envs."""
+    interpreter: str | None = None
+    """The name of the interpreter of its own the benchmark's workers run in (``install.interpreters``:
+    its stack clashes with the caller's, as Meta-World's); None: the caller's."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -140,6 +143,9 @@ class Reporting:
     pooled_success_key: str | None = None
     """``summary.json``'s key for 100 x the success rate pooled over episodes (LeRobot's ``pc_success``)."""
     grid: Grid | None = None
+    mean_of_groups: Axis | None = None
+    """An axis whose group SRs' unweighted mean ``summary.json`` also gives (Meta-World's difficulty:
+    a paper's average of Easy/Medium/Hard/Very Hard, not LeRobot's pooled ``pc_success``)."""
 
 
 @dataclass(frozen=True)
@@ -293,6 +299,7 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
                 env.reset_options if env.reference_reset_options is None else env.reference_reset_options
             ),
             vector_backends=tuple(env.vector_backends),
+            interpreter=env.interpreter,
             options=options,
         ),
         axes=axes,
@@ -321,7 +328,11 @@ def _reporting(document: spec_file.BenchmarkFile, axes: tuple[Axis, ...], path: 
             column_groups=tuple(document.grid.column_groups),
             total=document.grid.total,
         )
+    by_field = {a.field: a for a in axes}
+    if document.mean_of_groups and document.mean_of_groups not in by_field:
+        raise SpecError(f"benchmark file {path}: mean_of_groups {document.mean_of_groups!r} is not one of the axes")
     return Reporting(
+        mean_of_groups=by_field.get(document.mean_of_groups or ""),
         result_fields=tuple(document.result_fields),
         extras=tuple(Extra(e.field, e.reduce, e.summary or e.field) for e in document.episode_extras),
         pooled_success_key=document.pooled_success_key,

@@ -62,6 +62,7 @@ class EnvFile(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
     reset_options: dict[str, Any] = {}
     reference_reset_options: dict[str, Any] | None = None
     vector_backends: list[str] = []
+    interpreter: Name | None = None
 
 
 class ProtocolFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -124,6 +125,8 @@ class BenchmarkFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     unavailable_splits: dict[Name, Annotated[str, msgspec.Meta(min_length=1, max_length=300)]] = {}
     """Splits the benchmark defines but this install cannot run, each with its one-line reason."""
     grid: GridFile | None = None
+    mean_of_groups: Identifier | None = None
+    """An axis whose groups' SRs ``summary.json`` also averages, unweighted (a paper's "average")."""
 
 
 ENV_KEYS = tuple(EnvFile.__struct_fields__)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -193,3 +194,15 @@ def make_env(task, benchmark, render_request):
 """
 """A remote host's ``fake_env.py`` (the fake benchmark's env saved beside it as ``fake_env_base.py``)
 whose worker stops itself (SIGSTOP) at its first step: a frozen worker on another host."""
+
+
+def make_interpreter(home: Path) -> Path:
+    """A second virtual env at ``home`` over this env's packages (its own prefix and
+    ``pyvenv.cfg``, its ``lib`` linked to this env's): a distinct interpreter as Python and xdist
+    see it, made in milliseconds. Returns its python."""
+    this_env = Path(sys.prefix)
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "python").symlink_to(Path(sys._base_executable).resolve())
+    (home / "pyvenv.cfg").write_text((this_env / "pyvenv.cfg").read_text())
+    (home / "lib").symlink_to(this_env / "lib")
+    return home / "bin" / "python"

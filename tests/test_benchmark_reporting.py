@@ -112,6 +112,7 @@ def test_a_session_writes_the_grid_extras_and_result_fields(pytester: pytest.Pyt
     data["result_fields"] = ["mode"]
     data["episode_extras"] = [{"field": "bar", "reduce": "sum", "summary": "bar_total"}]
     data["pooled_success_key"] = "pc_success"
+    data["mean_of_groups"] = "change"
     griddy.write_text(yaml.safe_dump(data, sort_keys=False))
     pytester.syspathinsert(HERE)
     result = pytester.runpytest(f"--benchmark={griddy}", "--policy=random", "-p", "no:cacheprovider")
@@ -126,7 +127,9 @@ def test_a_session_writes_the_grid_extras_and_result_fields(pytester: pytest.Pyt
     completed = [r for r in records.values() if r["outcome"] != "error"]
     pooled = sum(r["success"] for r in completed) / len(completed)
     assert summary["sr_pooled"] == pooled and summary["pc_success"] == 100 * pooled
-    assert summary["benchmark_metrics"] == ["bar_total", "pc_success"]
+    assert summary["benchmark_metrics"] == ["bar_total", "pc_success", "sr_mean_of_change"]
+    by_change = summary["sr_per_change"]
+    assert summary["sr_mean_of_change"] == pytest.approx(sum(by_change.values()) / len(by_change))
     cells = summary["grid"]["cells"]
     assert cells["a"]["object"] == summary["per_task_sr"]["A-obj"] and cells["a"]["env"] is None
     report = (directory / "report.md").read_text()
@@ -146,6 +149,7 @@ def test_a_session_writes_the_grid_extras_and_result_fields(pytester: pytest.Pyt
         ({"pooled_success_key": "n_errors"}, "pooled_success_key 'n_errors' is a key summary.json already has"),
         ({"unavailable_splits": {"a_swap": "gone"}}, "splits ['a_swap'] are both unavailable and given tasks"),
         ({"grid": {**GRID_BENCHMARK["grid"], "rows": "colour"}}, "grid axis 'colour' is not one of the axes"),
+        ({"mean_of_groups": "colour"}, "mean_of_groups 'colour' is not one of the axes"),
     ],
 )
 def test_a_bad_reporting_entry_is_one_spec_error(griddy: Path, edit: dict, message: str) -> None:

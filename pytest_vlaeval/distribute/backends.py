@@ -21,17 +21,33 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
 from pytest_vlaeval.distribute import placement
+from pytest_vlaeval.errors import SpecError
 
 
-def place_workers(config: pytest.Config) -> None:
+def place_workers(config: pytest.Config, python: Path | None = None) -> None:
     """The worker specs xdist starts (``config.option.tx``), before xdist reads them: ``-n``
-    and ``--tx`` as given, ``--vla-placement`` giving each worker, local or remote, its GPUs."""
+    and ``--tx`` as given, ``--vla-placement`` giving each worker, local or remote, its GPUs, and
+    ``python`` (a benchmark's interpreter of its own) starting every local worker: one worker
+    without ``-n``. A spec that names its own ``python=`` (a remote host's) is kept as given."""
     placement.apply(config)
+    if python is None:
+        return
+    if not config.pluginmanager.has_plugin("xdist"):
+        raise SpecError("this benchmark's workers run in an interpreter of their own, which needs pytest-xdist")
+    if not config.option.tx:
+        config.option.tx = ["popen"]
+        if config.option.dist == "no":
+            config.option.dist = "load"
+    config.option.tx = [
+        f"{spec}//python={python}" if spec.split("//")[0].split("*")[-1] == "popen" and "python=" not in spec else spec
+        for spec in config.option.tx
+    ]
 
 
 class WorkerBackend(Protocol):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 from pytest_vlaeval.envs.preflight import preflight_problem
-from pytest_vlaeval.install import installer
+from pytest_vlaeval.install import installer, interpreters
 from pytest_vlaeval.install.assets_command import add_source_options, install_assets
 from pytest_vlaeval.install.stacks import STACKS
 from pytest_vlaeval.spec import resolve_benchmark
@@ -27,7 +28,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--check", action="store_true", help="change nothing: only check what is installed")
     parser.add_argument("--dry-run", action="store_true", help="print the commands it would run, run none")
+    parser.add_argument(
+        "--own-interpreter",
+        action="store_true",
+        help="into an interpreter of its own (Meta-World always is), not this one: "
+        f"${interpreters.INTERPRETER_DIR_ENV}/NAME, else <this env>/vlaeval-interpreters/NAME",
+    )
     add_source_options(parser)
+
+
+def target(args: argparse.Namespace) -> str | None:
+    """The interpreter the stack goes into: None for this one, else its own interpreter's python."""
+    stack = STACKS[args.stack]
+    if stack.own_interpreter or args.own_interpreter:
+        return str(interpreters.interpreter_python(stack.benchmark))
+    return None
 
 
 def plan(args: argparse.Namespace) -> list[installer.Command] | str:
@@ -39,12 +54,25 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
         if debian is None:
             return f"--system-deps needs apt-get (Debian or Ubuntu); install {', '.join(stack.system_packages)} with this machine's package manager"
         commands += installer.system_plan(stack, debian)
-    return commands + installer.pip_plan(stack, installer.installed_version)
+    python = target(args)
+    if python is None:
+        return commands + installer.pip_plan(stack, installer.installed_version)
+    home = interpreters.interpreter_home(stack.benchmark)
+    installed = interpreters.installed_in(Path(python))
+    if not Path(python).is_file():
+        why = f"an interpreter of its own for {stack.benchmark} (its pins clash with other stacks')"
+        commands.append(installer.Command(why, (sys.executable, "-m", "venv", str(home))))
+        installed = interpreters.InstalledIn([])
+    return commands + installer.pip_plan(stack, installed, python, interpreters.harness_steps())
 
 
 def run(args: argparse.Namespace) -> int:
     stack = STACKS[args.stack]
     problem = installer.python_problem(stack)
+    benchmark, _ = resolve_benchmark(stack.benchmark)
+    python = target(args)
+    if python is not None and benchmark.assets:
+        problem = f"--own-interpreter: {stack.benchmark}'s data files go into its packages in this interpreter; install it here"
     if problem:
         print(f"{PREFIX} {problem}")
         return 1
@@ -65,24 +93,28 @@ def run(args: argparse.Namespace) -> int:
             print(f"{PREFIX} the {stack.benchmark} packages are in place")
         if args.dry_run:
             return 0
-    benchmark, _ = resolve_benchmark(stack.benchmark)
     for line in install_assets(benchmark, args.source, args.force, check_only=args.check):
         print(
             f"{PREFIX} {line.replace(': FAILED: ', ': note: ')} (only the tasks that need it)"
             if ": FAILED: " in line
             else f"{PREFIX} {line}"
         )
+    if python is not None and not Path(python).is_file():
+        print(f"{PREFIX} PROBLEM: no interpreter at {python}: run `vlaeval install {stack.benchmark}`")
+        return 1
+    installed = installer.installed_version if python is None else interpreters.installed_in(Path(python))
+    steps = () if python is None else interpreters.harness_steps()
     problems = [
-        *installer.version_problems(stack, installer.installed_version),
-        *installer.import_problems(stack),
+        *installer.version_problems(stack, installed, steps),
+        *installer.import_problems(stack, python or sys.executable),
     ]
     if not problems and benchmark.env.preflight:
-        render = preflight_problem(benchmark.env.preflight, "auto")
+        render = preflight_problem(benchmark.env.preflight, "auto", python or sys.executable)
         if render:
             problems.append(f"render check: {render}")
     for line in problems:
         print(f"{PREFIX} PROBLEM: {line}")
     if problems:
         return 1
-    print(f"{PREFIX} {stack.benchmark} is ready in {sys.executable}")
+    print(f"{PREFIX} {stack.benchmark} is ready in {python or sys.executable}")
     return 0

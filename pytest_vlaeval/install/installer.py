@@ -108,18 +108,22 @@ def unmet(step: PipStep, installed: InstalledVersion) -> list[str]:
     return lines
 
 
-def pip_plan(stack: Stack, installed: InstalledVersion, python: str = sys.executable) -> list[Command]:
+def pip_plan(
+    stack: Stack, installed: InstalledVersion, python: str = sys.executable, steps: tuple[PipStep, ...] = ()
+) -> list[Command]:
     """The pip commands still needed: from the first step with an unmet requirement on, since a
-    step may replace what a later one pinned (ManiSkill brings its own SAPIEN)."""
-    first = next((i for i, step in enumerate(stack.steps) if unmet(step, installed)), len(stack.steps))
+    step may replace what a later one pinned (ManiSkill brings its own SAPIEN). ``steps`` come
+    before the stack's (a dedicated interpreter's harness)."""
+    every = (*steps, *stack.steps)
+    first = next((i for i, step in enumerate(every) if unmet(step, installed)), len(every))
     commands = []
-    for step in stack.steps[first:]:
+    for step in every[first:]:
         argv = [python, "-m", "pip", "install", "--disable-pip-version-check"]
         if step.no_deps:
             argv.append("--no-deps")
         if step.requirements_file:
             argv += ["--require-hashes", "-r", str(resources_file(step.requirements_file))]
-        argv += step.requirements
+        argv += ["-e", step.source] if step.source else step.requirements
         commands.append(Command(step.why, tuple(argv)))
     return commands
 
@@ -207,12 +211,12 @@ def python_problem(stack: Stack, version: tuple[int, int] = sys.version_info[:2]
     )
 
 
-def version_problems(stack: Stack, installed: InstalledVersion) -> list[str]:
+def version_problems(stack: Stack, installed: InstalledVersion, steps: tuple[PipStep, ...] = ()) -> list[str]:
     command = f"vlaeval install {stack.benchmark}"
-    return [f"{line}: run `{command}`" for step in stack.steps for line in unmet(step, installed)]
+    return [f"{line}: run `{command}`" for step in (*steps, *stack.steps) for line in unmet(step, installed)]
 
 
-def import_problems(stack: Stack) -> list[str]:
+def import_problems(stack: Stack, python: str = sys.executable) -> list[str]:
     """Import each module in a fresh interpreter (what a worker will do); one line per failure."""
     script = (
         "import importlib, sys\n"
@@ -222,7 +226,7 @@ def import_problems(stack: Stack) -> list[str]:
         "    except Exception as exc:\n"
         "        print(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n"
     )
-    result = subprocess.run([sys.executable, "-c", script, *stack.imports], capture_output=True, text=True)
+    result = subprocess.run([python, "-c", script, *stack.imports], capture_output=True, text=True)
     lines = result.stdout.splitlines()
     if result.returncode != 0 and not lines:
         lines = [

@@ -26,6 +26,8 @@ class PipStep:
     no_deps: bool = False
     keep_installed: bool = False
     """Any installed version satisfies it (torch: keep the build the machine chose)."""
+    source: str | None = None
+    """A source folder installed in editable mode in place of the requirements (which it satisfies)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class Stack:
     """The system packages are a software renderer a machine with an NVIDIA GPU does not need."""
     minimum_system_versions: tuple[tuple[str, int], ...] = ()
     """Debian packages whose installed major version must be at least this."""
+    own_interpreter: bool = False
+    """Always installed into an interpreter of its own (``install.interpreters``): its pins clash
+    with the other stacks'."""
 
 
 STACKS: dict[str, Stack] = {
@@ -129,5 +134,19 @@ STACKS: dict[str, Stack] = {
         ),
         imports=("gym_pusht", "pymunk", "pygame"),
         system_packages=(),
+    ),
+    "metaworld": Stack(
+        benchmark="metaworld",
+        python=((3, 10), (3, 13)),
+        steps=(
+            PipStep(
+                "Meta-World 3.0.0 as LeRobot's lock resolves it (mujoco 3.8.1: MuJoCo versions change "
+                "trajectories), gymnasium 1.3.0 and numpy 2.2, with packaging, which it imports undeclared",
+                ("metaworld==3.0.0", "mujoco==3.8.1", "gymnasium==1.3.0", "numpy>=2.2,<2.3", "packaging"),
+            ),
+        ),
+        imports=("metaworld", "mujoco", "gymnasium"),
+        system_packages=("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6"),
+        own_interpreter=True,
     ),
 }

@@ -146,7 +146,8 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         "sr_pooled": success_rate(n_successes, len(completed)) if completed else None,
         "sr_pooled_ci95": list(wilson(n_successes, len(completed))) if completed else None,
         **(pooled := pooled_fields(selection.benchmark.reporting, completed, n_successes)),  # type: ignore[typeddict-item]
-        "benchmark_metrics": list(pooled),
+        **(means := _mean_of_groups(selection.benchmark.reporting, by_axis)),  # type: ignore[typeddict-item]
+        "benchmark_metrics": [*pooled, *means],
         **(
             {"grid": grid_summary(grid, per_task, selection.benchmark.unavailable_splits)}
             if (grid := selection.benchmark.reporting.grid)
@@ -176,6 +177,15 @@ def pooled_fields(reporting: Reporting, completed: list[EpisodeRecord], n_succes
     if reporting.pooled_success_key:
         fields[reporting.pooled_success_key] = 100 * n_successes / len(completed) if completed else None
     return fields
+
+
+def _mean_of_groups(reporting: Reporting, by_axis: dict[Axis, dict[str, list[TaskResult]]]) -> dict[str, Any]:
+    """``sr_mean_of_<axis field>``: the unweighted mean of the axis's group SRs, where the file asks."""
+    axis = reporting.mean_of_groups
+    if axis is None:
+        return {}
+    groups = [group_sr(r["sr"] for r in results) for results in by_axis[axis].values()]
+    return {f"sr_mean_of_{axis.field}": _mean(groups) if groups else None}
 
 
 def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, str]) -> GridSummary:

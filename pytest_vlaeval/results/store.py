@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
@@ -45,11 +45,18 @@ def run_dir_name(selection: Selection, policy_spec: str) -> str:
 
 
 def fingerprint(
-    selection: Selection, policy_spec: str, render: str, num_envs: int = 1, reference_order: bool = False
+    selection: Selection,
+    policy_spec: str,
+    render: str,
+    num_envs: int = 1,
+    reference_order: bool = False,
+    installed: Callable[[str], str | None] | None = None,
 ) -> dict[str, Any]:
     """What must match for two sessions' episodes to belong to one run. ``num_envs``: episodes one
     simulator steps together (MIKASA's GPU simulation under ``--vla-lockstep``), recorded when over
     1: its physics is not that of a lone env, so runs with another value are another run.
+    ``installed``: the simulator packages' versions where the workers run in an interpreter of
+    their own (``install.interpreters``); this interpreter's by default.
     ``reference_order`` (``--vla-reference-order``), recorded when on: its episodes depend on the
     ones before them, so they are another run than order-independent ones."""
     benchmark = selection.benchmark
@@ -64,7 +71,8 @@ def fingerprint(
             "episodes": selection.episodes,
             "policy": policy_spec,
             "render": render,
-            "packages": {name: _version(name) for name in ("pytest-vlaeval", *benchmark.env.packages)},
+            "packages": {"pytest-vlaeval": _version("pytest-vlaeval")}
+            | {name: (installed or _version)(name) for name in benchmark.env.packages},
         }
         | ({"num_envs": num_envs} if num_envs > 1 else {})
         | ({"order": "reference"} if reference_order else {})

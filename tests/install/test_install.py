@@ -146,13 +146,13 @@ def test_no_system_packages_when_present_or_on_a_gpu_machine() -> None:
 def test_without_system_deps_the_plan_never_touches_the_system(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(installer, "read_debian", lambda: pytest.fail("read the system without --system-deps"))
     monkeypatch.setattr(installer, "installed_version", lambda name: None)
-    commands = plan(argparse.Namespace(stack="mikasa", system_deps=False))
+    commands = plan(argparse.Namespace(stack="mikasa", system_deps=False, own_interpreter=False))
     assert commands and all(c.argv[1:4] == ("-m", "pip", "install") for c in commands)
 
 
 def test_system_deps_without_apt_is_one_line_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(installer, "read_debian", lambda: None)
-    line = plan(argparse.Namespace(stack="libero", system_deps=True))
+    line = plan(argparse.Namespace(stack="libero", system_deps=True, own_interpreter=False))
     assert isinstance(line, str) and "libegl1" in line and "\n" not in line
 
 

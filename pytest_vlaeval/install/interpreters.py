@@ -1,0 +1,146 @@
+"""Dedicated interpreters: a benchmark whose simulator stack cannot share the caller's environment
+(Meta-World needs gymnasium >= 1.1 and numpy 2; MIKASA needs gymnasium 0.29 and numpy < 2) runs
+its xdist workers in a virtual env of its own, with this package at the same version in it.
+
+Where they live: ``$VLAEVAL_INTERPRETER_DIR/<name>`` when that is set, else
+``<the caller's sys.prefix>/vlaeval-interpreters/<name>``: inside the environment that runs pytest,
+so removing that environment removes them too. A benchmark file says ``env.interpreter: NAME``;
+``vlaeval install NAME`` makes it (for a built-in), or a user makes it by hand for their own
+benchmark (any virtual env at that path with this package and the stack in it).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import sys
+from pathlib import Path
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.install.stacks import PipStep
+from pytest_vlaeval.version import __version__
+
+INTERPRETER_DIR_ENV = "VLAEVAL_INTERPRETER_DIR"
+HARNESS = ("pytest", "pytest-xdist", "execnet")
+"""Distributions a worker shares with its controller, at the controller's versions: the worker
+speaks xdist's protocol over execnet, so the two ends must be the same code."""
+
+
+def interpreters_root() -> Path:
+    """The folder holding the dedicated interpreters (``VLAEVAL_INTERPRETER_DIR`` overrides)."""
+    configured = os.environ.get(INTERPRETER_DIR_ENV)
+    return Path(configured).expanduser().absolute() if configured else Path(sys.prefix) / "vlaeval-interpreters"
+
+
+def interpreter_home(name: str) -> Path:
+    return interpreters_root() / name
+
+
+def interpreter_python(name: str) -> Path:
+    """The Python executable of interpreter ``name`` (it may not exist yet)."""
+    home = interpreter_home(name)
+    return home / "Scripts" / "python.exe" if os.name == "nt" else home / "bin" / "python"
+
+
+def session_python(name: str, title: str) -> Path:
+    """The interpreter a session's workers start in, or ``SpecError`` in one line saying how to make it."""
+    python = interpreter_python(name)
+    if not python.is_file():
+        raise SpecError(
+            f"{title} runs in an interpreter of its own, and there is none at {interpreter_home(name)}: "
+            f"run `vlaeval install {name}` (or set {INTERPRETER_DIR_ENV} to where it is)"
+        )
+    return python
+
+
+def site_packages(python: Path) -> list[Path]:
+    """Where a virtual env's distributions are (read without starting its interpreter)."""
+    home = python.parent.parent
+    return sorted(home.glob("lib/python3*/site-packages")) + sorted(home.glob("Lib/site-packages"))
+
+
+def installed_in(python: Path) -> InstalledIn:
+    """``distribution -> version or None`` as seen by another interpreter's environment."""
+    return InstalledIn(site_packages(python))
+
+
+class InstalledIn:
+    """Versions of the distributions under some ``site-packages`` folders."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.versions: dict[str, str] = {}
+        for distribution in importlib.metadata.distributions(path=[str(p) for p in paths]):
+            name = distribution.metadata["Name"]
+            if name:
+                self.versions.setdefault(_normalized(name), distribution.version)
+
+    def __call__(self, distribution: str) -> str | None:
+        return self.versions.get(_normalized(distribution))
+
+
+def _normalized(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def harness_steps() -> tuple[PipStep, ...]:
+    """What every dedicated interpreter holds besides its stack: the controller's pytest, xdist and
+    execnet, and this package at this version (from this source tree when it is installed from one,
+    so a clone's edits reach the workers too)."""
+    pins = tuple(f"{name}=={importlib.metadata.version(name)}" for name in HARNESS)
+    return (
+        PipStep("pytest, pytest-xdist and execnet at the versions of the caller's (one protocol)", pins),
+        PipStep(
+            f"pytest-vlaeval {__version__}, the caller's, without its dependencies (the stack pins its own numpy)",
+            (f"pytest-vlaeval=={__version__}",),
+            no_deps=True,
+            source=source_tree(),
+        ),
+        PipStep("what pytest-vlaeval itself imports", own_requirements()),
+    )
+
+
+def own_requirements() -> tuple[str, ...]:
+    """This package's declared dependencies but those the harness pins (pytest, xdist) and the
+    stack pins (numpy): what ``pip install --no-deps`` of this package leaves out."""
+    from packaging.requirements import Requirement
+
+    declared = [Requirement(text) for text in importlib.metadata.requires("pytest-vlaeval") or []]
+    skipped = {*HARNESS, "numpy"}
+    return tuple(str(r) for r in declared if not r.marker and _normalized(r.name) not in skipped)
+
+
+def source_tree() -> str | None:
+    """The source folder this package was installed from in editable mode, if it was."""
+    try:
+        text = importlib.metadata.distribution("pytest-vlaeval").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not text:
+        return None
+    data = json.loads(text)
+    if not data.get("dir_info", {}).get("editable") or not str(data.get("url", "")).startswith("file://"):
+        return None
+    return data["url"].removeprefix("file://")
+
+
+IMPORT_CHECK = """
+import importlib, os, sys
+sys.path[:0] = [os.getcwd()]
+try:
+    importlib.import_module(sys.argv[1])
+except BaseException as exc:
+    print(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    sys.exit(1)
+"""
+
+
+def import_problem(python: Path, module: str) -> str | None:
+    """Whether ``module`` imports in that interpreter from here (as a worker there imports a
+    ``--policy``); None when it does, else the error's first line."""
+    import subprocess
+
+    done = subprocess.run([str(python), "-c", IMPORT_CHECK, module], capture_output=True, text=True, timeout=300)
+    if done.returncode == 0:
+        return None
+    return (done.stdout.strip() or done.stderr.strip() or f"exit {done.returncode}").splitlines()[-1]
