@@ -20,7 +20,7 @@ from pytest_vlaeval import termination
 from pytest_vlaeval.distribute.indexed import AUTO, shard_from_environment
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
-from pytest_vlaeval.install.interpreters import import_problem, installed_in, session_python
+from pytest_vlaeval.install.interpreters import import_problem, installed_in, missing_plugins, session_python
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
@@ -437,6 +437,14 @@ def _worker_python(config: pytest.Config, run: RunContext) -> Path | None:
     if config.option.collectonly:
         return None
     python = session_python(benchmark.env.interpreter, benchmark.title)
+    loaded = [(dist.metadata["Name"], dist.version) for _, dist in config.pluginmanager.list_plugin_distinfo()]
+    missing = missing_plugins(python, loaded)
+    if missing:
+        raise SpecError(
+            f"this session's pytest plugins {', '.join(missing)} are not in {benchmark.title}'s interpreter "
+            f"({python}), where its workers run: `vlaeval install {benchmark.env.interpreter}` installs them, "
+            "or leave them out with -p no:NAME"
+        )
     module = getattr(run.policy, "module", None)
     if module is not None and not config.getoption("vla_serve"):
         problem = import_problem(python, module)

@@ -3,9 +3,10 @@
 # test extras, then `vlaeval install mikasa --system-deps` (the MIKASA simulator stack, software
 # Vulkan when the machine has no NVIDIA GPU, the benchmark's missing data file, and a check) and
 # `vlaeval install pusht` (Push-T, pure Python). With --libero, also `vlaeval install libero
-# --system-deps` into the same env.
+# --system-deps` into the same env (LIBERO and LIBERO-PRO); with --metaworld, `vlaeval install
+# metaworld --system-deps`, into an interpreter of its own under the env (.venv/vlaeval-interpreters).
 #
-# Usage: scripts/setup.sh [--libero]
+# Usage: scripts/setup.sh [--libero] [--metaworld]
 #
 # Environment: VLAEVAL_VENV (default .venv), PYTHON (default python3.11, else python3.10 or python3),
 # VLAEVAL_ASSET_DIR (a folder holding the asset, instead of its pinned URL).
@@ -19,7 +20,8 @@ stacks=(mikasa pusht)
 for arg in "$@"; do
     case "$arg" in
         --libero) stacks+=(libero) ;;
-        *) echo "usage: scripts/setup.sh [--libero]" >&2; exit 2 ;;
+        --metaworld) stacks+=(metaworld) ;;
+        *) echo "usage: scripts/setup.sh [--libero] [--metaworld]" >&2; exit 2 ;;
     esac
 done
 

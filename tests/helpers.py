@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -206,3 +207,43 @@ def make_interpreter(home: Path) -> Path:
     (home / "pyvenv.cfg").write_text((this_env / "pyvenv.cfg").read_text())
     (home / "lib").symlink_to(this_env / "lib")
     return home / "bin" / "python"
+
+
+def capped_benchmark(name: str, steps: int, directory: Path) -> Path:
+    """A copy of built-in ``benchmarks/<name>.yaml`` in ``directory`` with every step budget cut
+    to ``steps`` (a CI-sized episode; everything else canonical)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "benchmarks" / f"{name}.yaml").read_text())
+    for task in data["tasks"]:
+        task["max_steps"] = steps
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def ended_on_exit(*procs: subprocess.Popen[str]) -> Iterator[None]:
+    """Processes running beside a test (sessions, a reference loop), killed if the test leaves
+    before they end."""
+    try:
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def digesting_session(directory: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path, dict]:
+    """A real pytest session in its own process in ``directory``, its policy (one of the reference
+    modules') writing each episode's digest: the process, the run's folder and the digests."""
+    from episode_digest import DIGEST_DIR, read_digests
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "digests").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(TESTS), DIGEST_DIR: str(directory / "digests")}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-vv", "--rootdir", str(directory)]
+    proc = subprocess.run([*command, *args], cwd=directory, env=env, capture_output=True, text=True, timeout=900)
+    (run_dir,) = (directory / "results").iterdir()
+    return proc, run_dir, read_digests(directory / "digests")

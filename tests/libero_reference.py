@@ -11,58 +11,22 @@ by a digest of every observation the policy saw (the instruction with it), every
 outcome (return and success), so two runs agree only if they agree bit for bit.
 
 ``Deterministic`` is also a ``--policy`` for real sessions (``libero_reference:Deterministic``):
-with ``LIBERO_DIGEST_DIR`` set it writes each episode's digest to ``<task>-<k>.json`` there.
+with ``$VLAEVAL_DIGEST_DIR`` set it writes each episode's digest to ``<task>-<k>.json`` there
+(``episode_digest``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 from typing import Any
 
 import numpy as np
+from episode_digest import DigestingPolicy, EpisodeDigest
 
 WAIT_ACTION = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0]
 WAIT_STEPS = 10
 POLICY_KEYS = ("agentview_image", "wrist_image", "state", "eef_quat")
-
-
-class Digest:
-    """A running SHA-256 over observations (with the instruction) and actions, with the outcome.
-    The first image and the instruction are also kept apart, so a mismatch says where it starts."""
-
-    def __init__(self) -> None:
-        self.sha = hashlib.sha256()
-        self.steps = 0
-        self.success = False
-        self.episode_return = 0.0
-        self.instruction: str | None = None
-        self.first_image: str | None = None
-
-    def observe(self, obs: dict[str, Any]) -> None:
-        """``obs``: the policy's view, ``POLICY_KEYS`` and ``instruction``."""
-        if self.first_image is None:
-            self.first_image = hashlib.sha256(np.ascontiguousarray(obs["agentview_image"]).tobytes()).hexdigest()
-        self.instruction = str(obs["instruction"])
-        self.sha.update(self.instruction.encode())
-        for key in POLICY_KEYS:
-            self.sha.update(np.ascontiguousarray(obs[key]).tobytes())
-
-    def act(self, action: np.ndarray) -> None:
-        self.sha.update(np.asarray(action, np.float32).tobytes())
-        self.steps += 1
-
-    def result(self) -> dict[str, Any]:
-        return {
-            "digest": self.sha.hexdigest(),
-            "steps": self.steps,
-            "success": self.success,
-            "return": self.episode_return,
-            "instruction": self.instruction,
-            "first_image": self.first_image,
-        }
 
 
 def deterministic_action(obs: dict[str, Any], t: int) -> np.ndarray:
@@ -85,34 +49,15 @@ def deterministic_action(obs: dict[str, Any], t: int) -> np.ndarray:
     return action.astype(np.float32)
 
 
-class Deterministic:
+class Deterministic(DigestingPolicy):
     """``deterministic_action`` as a pytest-vlaeval policy; writes digests when asked."""
 
-    chunk_size = 1
+    KEYS, IMAGE = POLICY_KEYS, "agentview_image"
 
-    def reset(self, episode: Any) -> None:
-        self.episode = episode
-        self.digest = Digest()
-        self.t = 0
-
-    def act(self, obs: dict[str, Any]) -> np.ndarray:
+    def decide(self, obs: dict[str, Any]) -> np.ndarray:
         self.keys = sorted(obs)
         self.shapes = {key: (np.shape(obs[key]), str(np.asarray(obs[key]).dtype)) for key in POLICY_KEYS}
-        self.instruction = obs["instruction"]
-        self.digest.observe(obs)
-        action = deterministic_action(obs, self.t)
-        self.digest.act(action)
-        self.t += 1
-        return action
-
-    def end_episode(self, result: Any) -> None:
-        self.digest.success = bool(result.success)
-        self.digest.episode_return = float(result.episode_return)
-        folder = os.environ.get("LIBERO_DIGEST_DIR")
-        if folder:
-            path = os.path.join(folder, f"{self.episode.task}-{self.episode.seed}.json")
-            with open(path, "w", encoding="utf-8") as stream:
-                json.dump(self.digest.result(), stream)
+        return deterministic_action(obs, self.t)
 
 
 class WrongShape(Deterministic):
@@ -157,7 +102,8 @@ def reference_episodes(suite_name: str, task_index: int, episodes: int, max_step
         for k in range(episodes):
             env.reset()
             raw = env.set_init_state(init_states[k])
-            digest = Digest()
+            digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
+            episode_return, success = 0.0, False
             t = 0
             while t < max_steps + WAIT_STEPS:
                 if t < WAIT_STEPS:
@@ -169,11 +115,12 @@ def reference_episodes(suite_name: str, task_index: int, episodes: int, max_step
                 action = deterministic_action(obs, t - WAIT_STEPS)
                 digest.act(action)
                 raw, reward, done, _ = env.step(action.tolist())
-                digest.episode_return += float(reward)
+                episode_return += float(reward)
                 if done:
-                    digest.success = True
+                    success = True
                     break
                 t += 1
+            digest.outcome(success, episode_return, digest.steps)
             results.append(digest.result())
     finally:
         env.close()
@@ -220,17 +167,19 @@ def reference_pro_episodes(
             for _ in range(WAIT_STEPS):
                 raw, _, _, _ = env.step(warm_up)
             prompt = str(env.language_instruction)
-            digest = Digest()
+            digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
+            episode_return, success = 0.0, False
             for step in range(max_steps):
                 obs = {**flipped(raw), "instruction": prompt}
                 digest.observe(obs)
                 action = deterministic_action(obs, step)
                 digest.act(action)
                 raw, reward, done, _ = env.step(action.tolist())
-                digest.episode_return += float(reward)
+                episode_return += float(reward)
                 if done:
-                    digest.success = True
+                    success = True
                     break
+            digest.outcome(success, episode_return, digest.steps)
             results.append(digest.result())
     finally:
         env.close()

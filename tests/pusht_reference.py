@@ -17,19 +17,17 @@ from gym-pusht's source (the T's shape, mass and moment, the renderer's colours 
 episode it reads the two observation keys only, never the env's state or info. With gym-pusht
 0.1.8 it solves all 50 of the protocol's seeds (1000-1049), in 150 steps on average.
 
-With ``PUSHT_DIGEST_DIR`` set, ``Pusher`` writes each episode's digest (a SHA-256 over every
-observation it saw and every action it took, with the outcome) to ``<seed>.json`` there, for
-bit-for-bit comparison with the reference loop.
+With ``$VLAEVAL_DIGEST_DIR`` set, ``Pusher`` writes each episode's digest (``episode_digest``: a
+SHA-256 over every observation it saw and every action it took, with the outcome) to
+``<task>-<seed>.json`` there, for bit-for-bit comparison with the reference loop.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from typing import Any, ClassVar
 
 import numpy as np
+from episode_digest import DigestingPolicy
 
 POLICY_KEYS = ("pixels", "agent_pos")
 MAX_STEPS = 300
@@ -255,17 +253,16 @@ def _contact_points() -> tuple[np.ndarray, np.ndarray]:
 CONTACT_POINTS, CONTACT_NORMALS = _contact_points()
 
 
-class Pusher:
+class Pusher(DigestingPolicy):
     """Scripted Push-T policy on what LeRobot's policies see (``pixels`` and ``agent_pos``): fit
     the block's and the target's poses in the image, then push the block where a push moves it
     most toward the target (position and angle). Deterministic; no state crosses episodes."""
 
-    chunk_size = 1
+    KEYS, IMAGE = POLICY_KEYS, "pixels"
     config: ClassVar[dict[str, Any]] = {"kind": "scripted", "inputs": list(POLICY_KEYS)}
 
     def reset(self, episode: Any) -> None:
-        self.episode = episode
-        self.digest = Digest()
+        super().reset(episode)
         self.block: np.ndarray | None = None
         self.target: np.ndarray | None = None
         self.target_seen = np.zeros((SIZE, SIZE), float)
@@ -274,20 +271,9 @@ class Pusher:
         self.contact: int | None = None
         self.centroid = np.zeros(2)
 
-    def act(self, obs: dict[str, Any]) -> np.ndarray:
-        self.digest.observe(obs)
-        pixels = np.asarray(obs["pixels"])
-        self.perceive(pixels)
-        action = self.plan(np.asarray(obs["agent_pos"], dtype=float))
-        self.digest.act(action)
-        return action
-
-    def end_episode(self, result: Any) -> None:
-        self.digest.outcome(result.success, result.episode_return, result.length)
-        folder = os.environ.get("PUSHT_DIGEST_DIR")
-        if folder:
-            with open(os.path.join(folder, f"{self.episode.seed}.json"), "w", encoding="utf-8") as stream:
-                json.dump(self.digest.result(), stream)
+    def decide(self, obs: dict[str, Any]) -> np.ndarray:
+        self.perceive(np.asarray(obs["pixels"]))
+        return self.plan(np.asarray(obs["agent_pos"], dtype=float))
 
     # --- perception ---------------------------------------------------------------------------------------------
     def perceive(self, pixels: np.ndarray) -> None:
@@ -413,46 +399,6 @@ class Pusher:
         return bool(t_distance(path[:, 0], path[:, 1], self.block).min() > PUSHER_RADIUS + 2)
 
 
-class Digest:
-    """A running SHA-256 over the observations a policy saw and the actions it took, with the outcome
-    the harness reports (success, return, length). A policy sees no step's reward or flags; the
-    return, an exact sum of every reward in order, and the length stand for them (gym-pusht
-    terminates only on success, the time limit truncates at step 300)."""
-
-    def __init__(self) -> None:
-        self.sha = hashlib.sha256()
-        self.steps = 0
-        self.success = False
-        self.episode_return: float | None = None
-        self.length: int | None = None
-
-    def observe(self, obs: dict[str, Any]) -> None:
-        """Each policy key's dtype and shape as well as its bytes."""
-        for key in POLICY_KEYS:
-            value = np.ascontiguousarray(obs[key])
-            self.sha.update(f"{key}:{value.dtype}:{value.shape}".encode())
-            self.sha.update(value.tobytes())
-
-    def act(self, action: np.ndarray) -> None:
-        """The action as the env gets it (float32)."""
-        self.sha.update(np.asarray(action, np.float32).tobytes())
-        self.steps += 1
-
-    def outcome(self, success: bool, episode_return: float, length: int) -> None:
-        """What the episode came to."""
-        self.success, self.episode_return, self.length = bool(success), float(episode_return), int(length)
-
-    def result(self) -> dict[str, Any]:
-        """The digest as JSON."""
-        return {
-            "digest": self.sha.hexdigest(),
-            "steps": self.steps,
-            "success": self.success,
-            "episode_return": self.episode_return,
-            "length": self.length,
-        }
-
-
 def make_env() -> Any:
     """The env as LeRobot's ``PushtEnv`` config has ``gym.make`` build it (``envs/configs.py``):
     gymnasium's env checker off, a 384-pixel visualization (only ``render()`` uses it; observations
@@ -485,14 +431,11 @@ def reference_episodes(seeds: list[int], instruction: str = "") -> list[dict[str
         for index, seed in enumerate(seeds):
             obs, _ = env.reset(seed=seed, options={"lerobot_new_rollout": True})  # gym-pusht ignores it
             policy.reset(SimpleNamespace(task="PushT-v0", seed=seed, instruction=instruction, episode_index=index))
-            digest = Digest()
             rewards: list[float] = []
             success = False
             while True:
                 view = {key: obs[key] for key in POLICY_KEYS} | {"instruction": instruction}
-                digest.observe(view)
-                action = policy.act(view)
-                digest.act(action)
+                action = policy.act(view)  # the policy's digest takes in the view and the action
                 obs, reward, terminated, truncated, info = env.step(action)
                 rewards.append(float(reward))
                 success = success or bool(info["is_success"])
@@ -501,8 +444,8 @@ def reference_episodes(seeds: list[int], instruction: str = "") -> list[dict[str
             total = 0.0
             for reward in rewards:
                 total += reward
-            digest.outcome(success, total, len(rewards))
-            results.append({"seed": seed, **digest.result(), "max_reward": max(rewards)})
+            policy.digest.outcome(success, total, len(rewards))
+            results.append({"seed": seed, **policy.digest.result(), "max_reward": max(rewards)})
     finally:
         env.close()
     return results

@@ -18,8 +18,10 @@ it ends one of its workers) and its specs in ``place_workers``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +50,37 @@ def place_workers(config: pytest.Config, python: Path | None = None) -> None:
         f"{spec}//python={python}" if spec.split("//")[0].split("*")[-1] == "popen" and "python=" not in spec else spec
         for spec in config.option.tx
     ]
+    _keep_workers_own_packages(python)
+
+
+def _keep_workers_own_packages(python: Path) -> None:
+    """xdist hands every local worker the controller's ``sys.path`` (frozen at its import, in
+    ``xdist.workermanage._sys_path``), which in another interpreter would import this env's
+    packages (its numpy, its gymnasium) before the worker's own. The workers' path becomes the
+    controller's own folders (the working directory, ``PYTHONPATH``: the user's code), then the
+    benchmark interpreter's path: its standard library and its packages."""
+    import subprocess
+
+    import xdist.workermanage
+
+    if not isinstance(getattr(xdist.workermanage, "_sys_path", None), list):
+        raise SpecError(
+            f"pytest-xdist {xdist.__version__} no longer hands local workers a sys.path this plugin can set; "
+            "a benchmark in an interpreter of its own needs pytest-xdist 3.6 to 3.8"
+        )
+    done = subprocess.run(
+        [str(python), "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0:
+        raise SpecError(f"{python} does not start: {(done.stderr.strip() or 'no output').splitlines()[-1]}")
+    own = [entry for entry in json.loads(done.stdout) if entry]
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    users = [
+        entry
+        for entry in xdist.workermanage._sys_path
+        if entry and not any(os.path.realpath(entry).startswith(prefix + os.sep) for prefix in prefixes)
+    ]
+    xdist.workermanage._sys_path = list(dict.fromkeys([*users, *own]))
 
 
 class WorkerBackend(Protocol):

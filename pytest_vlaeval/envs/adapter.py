@@ -80,6 +80,25 @@ class Adapter:
         return {}
 
 
+class MaxReward:
+    """The episode's largest step reward as its extra ``max_reward`` (LeRobot's per-episode
+    maximum, which its ``avg_max_reward`` averages); mixed in before ``Adapter``."""
+
+    max_reward: float | None = None
+
+    def start_episode(self) -> None:
+        self.max_reward = None
+
+    def saw_reward(self, reward: float) -> float:
+        """Take a step's reward into the maximum; returns it as a float."""
+        value = float(reward)
+        self.max_reward = value if self.max_reward is None else max(self.max_reward, value)
+        return value
+
+    def episode_extras(self) -> Mapping[str, ExtraValue]:
+        return {"max_reward": self.max_reward}
+
+
 ADAPTER_MEMBERS = ("max_episode_steps", "render_backend", "reset", "step", "render_frame", "episode_extras", "close")
 
 

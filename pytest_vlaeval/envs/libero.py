@@ -29,27 +29,19 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.envs import mujoco_gl
 from pytest_vlaeval.envs.adapter import Adapter, ExtraValue
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
-GL_BACKENDS = {"auto": None, "gpu": "egl", "gpu-render": "egl", "cpu": "osmesa"}
-"""``--vla-render`` -> MUJOCO_GL. ``auto`` keeps the user's MUJOCO_GL, else EGL (Mesa's llvmpipe
-without a GPU); ``cpu`` forces OSMesa (software); images are identical between the two here."""
-
 
 def set_gl_backend(render_request: str) -> str:
-    """Choose MuJoCo's GL backend; must run before mujoco/robosuite are imported."""
-    wanted = GL_BACKENDS[render_request]
-    if wanted:
-        os.environ["MUJOCO_GL"] = wanted
-    else:
-        os.environ.setdefault("MUJOCO_GL", "egl")
-    if os.environ["MUJOCO_GL"] in ("egl", "osmesa"):
-        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+    """Choose MuJoCo's GL backend (``mujoco_gl``) and LIBERO's package paths; must run before
+    mujoco, robosuite or LIBERO is imported."""
+    gl = mujoco_gl.set_gl_backend(render_request)
     # The package's default paths only: a user's LIBERO path config must not swap bddl files.
     os.environ.setdefault("LIBERO_CONFIG_PATH", os.path.join(os.path.dirname(__file__), "_no_libero_config"))
-    return os.environ["MUJOCO_GL"]
+    return gl
 
 
 def quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
@@ -241,36 +233,16 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> LiberoEnv
         env_seed=int(options["env_seed"]),
         wait_steps=int(options["wait_steps"]),
         wait_action=list(options["wait_action"]),
-        render_backend=f"{gl}: {gl_renderer()}",
+        render_backend=f"{gl}: {mujoco_gl.gl_renderer()}",
     )
-
-
-def gl_renderer() -> str:
-    """The OpenGL renderer and version of the current context (e.g. Mesa llvmpipe), for the record."""
-    try:
-        from OpenGL import GL
-
-        return f"{GL.glGetString(GL.GL_RENDERER).decode()}, OpenGL {GL.glGetString(GL.GL_VERSION).decode()}"
-    except Exception as exc:
-        return f"unknown ({type(exc).__name__})"
 
 
 def check(render_request: str) -> str | None:
     """Create a MuJoCo offscreen context and render; None when it works, else one actionable line."""
     gl = set_gl_backend(render_request)
-    try:
-        import mujoco
-
-        model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><geom size='1'/></worldbody></mujoco>")
-        renderer = mujoco.Renderer(model, 16, 16)
-        renderer.update_scene(mujoco.MjData(model))
-        renderer.render()
-        renderer.close()
-    except Exception as exc:
-        return (
-            f"MuJoCo cannot render with MUJOCO_GL={gl} ({type(exc).__name__}: {exc}): install Mesa "
-            "(libegl1, libgl1-mesa-dri, libosmesa6; `vlaeval install libero --system-deps` does this)"
-        )
+    problem = mujoco_gl.render_problem(gl, "vlaeval install libero")
+    if problem:
+        return problem
     try:
         import libero.libero  # noqa: F401
     except Exception as exc:
@@ -278,14 +250,5 @@ def check(render_request: str) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    problem = check(argv[0] if argv else "auto")
-    if problem:
-        print(problem)
-        return 1
-    print(os.environ["MUJOCO_GL"])
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(mujoco_gl.preflight_main(check, sys.argv[1:]))

@@ -88,8 +88,13 @@ def harness_steps() -> tuple[PipStep, ...]:
     execnet, and this package at this version (from this source tree when it is installed from one,
     so a clone's edits reach the workers too)."""
     pins = tuple(f"{name}=={importlib.metadata.version(name)}" for name in HARNESS)
+    plugins = tuple(f"{name}=={version}" for name, version in pytest_plugins().items())
     return (
-        PipStep("pytest, pytest-xdist and execnet at the versions of the caller's (one protocol)", pins),
+        PipStep(
+            "pytest, pytest-xdist, execnet and the caller's pytest plugins at its versions (a plugin's "
+            "controller half may expect its worker half)",
+            pins + plugins,
+        ),
         PipStep(
             f"pytest-vlaeval {__version__}, the caller's, without its dependencies (the stack pins its own numpy)",
             (f"pytest-vlaeval=={__version__}",),
@@ -97,6 +102,33 @@ def harness_steps() -> tuple[PipStep, ...]:
             source=source_tree(),
         ),
         PipStep("what pytest-vlaeval itself imports", own_requirements()),
+    )
+
+
+def pytest_plugins() -> dict[str, str]:
+    """The distributions of this env that register pytest plugins (``pytest11``), but this package
+    and the harness's: name -> version."""
+    found: dict[str, str] = {}
+    for distribution in importlib.metadata.distributions():
+        name = distribution.metadata["Name"]
+        plugin = any(entry.group == "pytest11" for entry in distribution.entry_points)
+        if name and plugin and _normalized(name) not in {"pytest-vlaeval", *HARNESS}:
+            found.setdefault(_normalized(name), distribution.version)
+    return dict(sorted(found.items()))
+
+
+def missing_plugins(python: Path, loaded: list[tuple[str, str]]) -> list[str]:
+    """``name version`` of each plugin distribution the session loaded (``loaded``: name,
+    version) that interpreter lacks at that version: the plugin's worker half would be missing
+    (pytest-metadata's controller then fails on every worker's end)."""
+    installed = installed_in(python)
+    skipped = {"pytest-vlaeval", *HARNESS}
+    return sorted(
+        {
+            f"{name} {version}"
+            for name, version in loaded
+            if _normalized(name) not in skipped and installed(name) != version
+        }
     )
 
 

@@ -14,6 +14,10 @@ DEFAULT_TORCH = "torch==2.13.0"
 """The torch installed where the interpreter has none; an existing torch (a CUDA build) is kept."""
 
 
+MESA_GL = ("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6")
+"""Mesa's EGL and OSMesa, which MuJoCo renders with headless (LIBERO, Meta-World)."""
+
+
 @dataclass(frozen=True)
 class PipStep:
     """One ``pip install`` of the stack; a step reruns when one of its requirements is unmet."""
@@ -113,7 +117,7 @@ STACKS: dict[str, Stack] = {
             ),
         ),
         imports=("mujoco", "robosuite", "libero.libero"),
-        system_packages=("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6"),
+        system_packages=MESA_GL,
     ),
     "pusht": Stack(
         benchmark="pusht",
@@ -146,7 +150,7 @@ STACKS: dict[str, Stack] = {
             ),
         ),
         imports=("metaworld", "mujoco", "gymnasium"),
-        system_packages=("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6"),
+        system_packages=MESA_GL,
         own_interpreter=True,
     ),
 }

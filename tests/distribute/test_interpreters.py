@@ -31,7 +31,7 @@ class WherePolicy:
 
     def reset(self, episode):
         with open(f"where-{episode.task}-{episode.seed}.json", "w") as out:
-            json.dump({"prefix": sys.prefix, "pid": os.getpid()}, out)
+            json.dump({"prefix": sys.prefix, "pid": os.getpid(), "numpy": np.__file__}, out)
 
     def act(self, obs):
         return np.zeros(7, np.float32)
@@ -87,6 +87,8 @@ def test_workers_run_in_the_benchmarks_interpreter(pytester: pytest.Pytester, ot
     assert result.ret == 1, result.stdout.str()  # the zero action fails every episode; none errors
     seen = where(pytester)
     assert len(seen) == 6 and {w["prefix"] for w in seen.values()} == {str(other)}, seen
+    # Its own packages, not the controller's (xdist hands local workers the controller's sys.path).
+    assert all(w["numpy"].startswith(f"{other}{os.sep}") for w in seen.values()), seen
     assert len({w["pid"] for w in seen.values()}) == (2 if workers else 1)
     records = episode_records(run_dir(pytester))
     assert {r["outcome"] for r in records.values()} == {"failure"}

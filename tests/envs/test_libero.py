@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import ROOT, TESTS, episode_records, read_json
+from episode_digest import read_digests
+from helpers import ROOT, capped_benchmark, digesting_session, episode_records, read_json
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
@@ -47,45 +47,19 @@ def reference() -> list[dict]:
 @pytest.fixture(scope="module")
 def short_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``benchmarks/libero.yaml`` with every step budget cut to STEPS (a CI-sized episode)."""
-    data = yaml.safe_load((ROOT / "benchmarks" / "libero.yaml").read_text())
-    for task in data["tasks"]:
-        task["max_steps"] = STEPS
-    path = tmp_path_factory.mktemp("bench") / "libero.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return capped_benchmark("libero", STEPS, tmp_path_factory.mktemp("bench"))
 
 
 def run_session(directory: Path, benchmark: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     """A real pytest session in its own process, with the deterministic policy writing digests."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "digests").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "LIBERO_DIGEST_DIR": str(directory / "digests")}
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        f"--benchmark={benchmark}:spatial",
-        f"--vla-tasks={','.join(TASKS)}",
-        f"--policy={POLICY}",
-        "-p",
-        "no:cacheprovider",
-        "-rA",
-        "-vv",
-        "--rootdir",
-        str(directory),
-        *args,
-    ]
-    proc = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=900)
-    (run_dir,) = (directory / "results").iterdir()
+    proc, run_dir, _ = digesting_session(
+        directory, f"--benchmark={benchmark}:spatial", f"--vla-tasks={','.join(TASKS)}", f"--policy={POLICY}", *args
+    )
     return proc, run_dir
 
 
 def digests(directory: Path) -> dict[tuple[str, int], dict]:
-    found = {}
-    for path in (directory / "digests").glob("*.json"):
-        task, _, k = path.stem.rpartition("-")
-        found[(task, int(k))] = read_json(path)
-    return found
+    return read_digests(directory / "digests")
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +105,10 @@ def test_out_of_order_episodes_equal_the_harness_loop(reference: list[dict]) -> 
         "state": ((8,), "float64"),
         "eef_quat": ((4,), "float64"),
     }
-    assert policy.instruction == "pick up the black bowl between the plate and the ramekin and place it on the plate"
+    assert (
+        policy.digest.instruction
+        == "pick up the black bowl between the plate and the ramekin and place it on the plate"
+    )
 
 
 def test_xdist_session_items_json_and_parity(parallel: tuple, reference: list[dict]) -> None:

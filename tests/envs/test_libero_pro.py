@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import ROOT, TESTS, episode_records, read_json
+from helpers import ROOT, TESTS, capped_benchmark, digesting_session, episode_records, read_json
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
@@ -82,45 +81,22 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]
 @pytest.fixture(scope="module")
 def short_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``benchmarks/libero-pro.yaml`` with every step budget cut to STEPS (a CI-sized episode)."""
-    data = yaml.safe_load((ROOT / "benchmarks" / "libero-pro.yaml").read_text())
-    for task in data["tasks"]:
-        task["max_steps"] = STEPS
-    path = tmp_path_factory.mktemp("bench") / "libero-pro.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return capped_benchmark("libero-pro", STEPS, tmp_path_factory.mktemp("bench"))
 
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> tuple:
     """A real session in its own process: both tasks, EPISODES episodes each, two xdist workers,
     the deterministic policy writing each episode's digest."""
-    directory = tmp_path_factory.mktemp("session")
-    (directory / "digests").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "LIBERO_DIGEST_DIR": str(directory / "digests")}
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
+    return digesting_session(
+        tmp_path_factory.mktemp("session"),
         f"--benchmark={short_benchmark}",
         f"--vla-tasks={','.join(SUITES)}",
         f"--policy={POLICY}",
         f"--episodes={EPISODES}",
         "-n",
         "2",
-        "-p",
-        "no:cacheprovider",
-        "-rA",
-        "-vv",
-        "--rootdir",
-        str(directory),
-    ]
-    proc = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=900)
-    (run_dir,) = (directory / "results").iterdir()
-    seen = {}
-    for path in (directory / "digests").glob("*.json"):
-        task, _, k = path.stem.rpartition("-")
-        seen[(task, int(k))] = read_json(path)
-    return proc, run_dir, seen
+    )
 
 
 def test_the_policy_gets_the_bddl_instruction_not_the_file_name(session: tuple) -> None:

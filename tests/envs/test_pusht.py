@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, episode_records, read_json
+from episode_digest import DIGEST_DIR
+from helpers import ROOT, TESTS, ended_on_exit, episode_records, read_json
+
+from pytest_vlaeval.spec import load_benchmark
 
 
 def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:
@@ -60,7 +61,7 @@ def pusher_session(directory: Path, *args: str, policy: str = "pusht_reference:P
     """A Push-T pytest session in its own process, started (not waited for): the scripted pusher
     unless ``policy`` says otherwise, writing its digests to ``digests/``."""
     (directory / "digests").mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "PUSHT_DIGEST_DIR": str(directory / "digests")}
+    env = {**os.environ, "PYTHONPATH": str(TESTS), DIGEST_DIR: str(directory / "digests")}
     command = [sys.executable, "-m", "pytest", "--benchmark=pusht", f"--policy={policy}", "-p", "no:cacheprovider"]
     command += ["--rootdir", str(directory), "--vla-results=results", *args]
     return subprocess.Popen(
@@ -73,18 +74,6 @@ def finished(proc: subprocess.Popen[str], directory: Path) -> tuple[int, str, Pa
     output, _ = proc.communicate(timeout=600)
     (run_dir,) = (directory / "results").iterdir()
     return proc.returncode, output, run_dir
-
-
-@contextlib.contextmanager
-def sessions(*procs: subprocess.Popen[str]) -> Iterator[None]:
-    """Sessions running beside the test, ended if the test stops before they do."""
-    try:
-        yield
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
 
 
 @pytest.mark.parity
@@ -100,8 +89,9 @@ def test_pusher_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
     serial = pusher_session(serial_dir, "--episodes=5")
     parallel = pusher_session(parallel_dir, "--episodes=5", "-n", "2")
     runs = {}
-    with sessions(serial, parallel):
-        reference = {episode["seed"]: episode for episode in reference_episodes(PARITY_SEEDS)}
+    with ended_on_exit(serial, parallel):
+        instruction = load_benchmark(ROOT / "benchmarks" / "pusht.yaml").task("PushT-v0").instruction
+        reference = {episode["seed"]: episode for episode in reference_episodes(PARITY_SEEDS, instruction)}
         assert all(episode["success"] for episode in reference.values())  # the pusher solves these five
         for directory, proc in ((serial_dir, serial), (parallel_dir, parallel)):
             returncode, output, run_dir = finished(proc, directory)
@@ -109,7 +99,7 @@ def test_pusher_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
             runs[directory.name] = records = episode_records(run_dir)
             assert sorted(seed for _, seed in records) == PARITY_SEEDS
             for seed, expected in reference.items():
-                digest = read_json(directory / "digests" / f"{seed}.json")
+                digest = read_json(directory / "digests" / f"PushT-v0-{seed}.json")
                 assert digest == {key: expected[key] for key in digest}, seed
                 record = records[("PushT-v0", seed)]
                 assert (record["success"], record["length"]) == (expected["success"], expected["length"])
@@ -127,7 +117,7 @@ def test_the_scripted_pusher_solves_a_seed_the_zero_policy_does_not(tmp_path: Pa
     policy (the pusher parked in a corner) does not."""
     pusher = pusher_session(tmp_path / "pusher", "--episodes=1", f"--vla-start-seed={SOLVED_SEED}")
     zero = pusher_session(tmp_path / "zero", "--episodes=1", f"--vla-start-seed={SOLVED_SEED}", policy="zero")
-    with sessions(pusher, zero):
+    with ended_on_exit(pusher, zero):
         for name, proc, status, success in (("pusher", pusher, 0, True), ("zero", zero, 1, False)):
             returncode, output, run_dir = finished(proc, tmp_path / name)
             assert returncode == status, output[-3000:]
