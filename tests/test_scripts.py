@@ -300,3 +300,11 @@ def test_bench_cluster_smoke_merges_every_record_and_times_the_shards() -> None:
     assert all(float(row[1]) > 0 and float(row[4]) > 0 for row in merges) and merges[0][3] == "1.00x"
     local, shards, merge, overhead, _ = lines[-1].split()
     assert float(local) > 0 and float(shards) > 0 and float(merge) > 0 and overhead.endswith("%"), done.stdout
+
+
+def test_bench_interpreter_smoke_puts_both_interpreters_side_by_side() -> None:
+    """The same sessions with the workers in this interpreter and in another, and the ratio."""
+    proc = run_script("bench_interpreter.py", "--smoke", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the same interpreter" in proc.stdout and "another interpreter" in proc.stdout
+    assert "per episode" in proc.stdout.splitlines()[-1], proc.stdout
