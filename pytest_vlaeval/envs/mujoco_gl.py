@@ -23,7 +23,9 @@ def set_gl_backend(render_request: str) -> str:
     else:
         os.environ.setdefault("MUJOCO_GL", "egl")
     if os.environ["MUJOCO_GL"] in ("egl", "osmesa"):
-        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+        # PyOpenGL's platform must be MuJoCo's: an inherited PYOPENGL_PLATFORM=egl under
+        # --vla-render=cpu (OSMesa) leaves mujoco half imported.
+        os.environ["PYOPENGL_PLATFORM"] = os.environ["MUJOCO_GL"]
     return os.environ["MUJOCO_GL"]
 
 

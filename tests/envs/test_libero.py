@@ -173,6 +173,12 @@ def test_the_render_check_passes_here_and_names_the_fix_when_gl_is_broken() -> N
         [sys.executable, "-m", "pytest_vlaeval.envs.libero", "auto"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 1 and "vlaeval install libero" in bad.stdout, bad.stdout + bad.stderr
+    # An inherited PyOpenGL platform follows the render request (it left mujoco half imported).
+    inherited = {**os.environ, "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+    cpu = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval.envs.libero", "cpu"], capture_output=True, text=True, env=inherited
+    )
+    assert cpu.returncode == 0 and cpu.stdout.strip() == "osmesa", cpu.stdout + cpu.stderr
 
 
 def test_benchmark_file_matches_the_installed_package() -> None:
