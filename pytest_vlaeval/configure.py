@@ -20,7 +20,13 @@ from pytest_vlaeval import termination
 from pytest_vlaeval.distribute.indexed import AUTO, shard_from_environment
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
-from pytest_vlaeval.install.interpreters import import_problem, installed_in, missing_plugins, session_python
+from pytest_vlaeval.install.interpreters import (
+    InstalledIn,
+    import_problem,
+    installed_in,
+    missing_plugins,
+    session_python,
+)
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
@@ -140,7 +146,7 @@ def _prepare_controller(
         if config.getoption("vla_gate_plan"):
             _print_plan(gate, run)
         sequential = gate if run.sequential else None
-        python = _worker_python(config, run)
+        python, installed = _worker_python(config, run)
         place_workers(config, python)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(
             config,
@@ -153,7 +159,6 @@ def _prepare_controller(
         _preflight(run, python)
         store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
         num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
-        installed = installed_in(python) if python else None  # the simulator's versions are the workers'
         store.claim(
             fingerprint(run.selection, run.policy.identity, run.render, num_envs, run.reference_order, installed)
         )
@@ -428,17 +433,18 @@ def _register_markers(config: pytest.Config, selection: Selection) -> None:
         config.addinivalue_line("markers", f"{name}: {benchmark.title} episodes of {' and of '.join(what)}")
 
 
-def _worker_python(config: pytest.Config, run: RunContext) -> Path | None:
-    """The interpreter of its own the benchmark's workers run in (None: this one), checked now: it
-    exists, and an in-process policy imports in it (else one line naming ``--vla-serve``)."""
+def _worker_python(config: pytest.Config, run: RunContext) -> tuple[Path | None, InstalledIn | None]:
+    """The interpreter of its own the benchmark's workers run in and its distributions, read once
+    (the plugin check and the fingerprint use them); (None, None): this one. Checked now: it
+    exists, it has the session's plugins, and an in-process policy imports in it (else one line
+    naming ``--vla-serve``)."""
     benchmark = run.selection.benchmark
-    if benchmark.env.interpreter is None:
-        return None
-    if config.option.collectonly:
-        return None
+    if benchmark.env.interpreter is None or config.option.collectonly:
+        return None, None
     python = session_python(benchmark.env.interpreter, benchmark.title)
+    installed = installed_in(python)
     loaded = [(dist.metadata["Name"], dist.version) for _, dist in config.pluginmanager.list_plugin_distinfo()]
-    missing = missing_plugins(python, loaded)
+    missing = missing_plugins(installed, loaded)
     if missing:
         raise SpecError(
             f"this session's pytest plugins {', '.join(missing)} are not in {benchmark.title}'s interpreter "
@@ -453,7 +459,7 @@ def _worker_python(config: pytest.Config, run: RunContext) -> Path | None:
                 f"--policy {run.policy.text!r} does not import in {benchmark.title}'s interpreter ({python}): "
                 f"{problem}; run it in this environment and serve it to the workers with --vla-serve={run.policy.text}"
             )
-    return python
+    return python, installed
 
 
 def _preflight(run: RunContext, python: Path | None) -> None:

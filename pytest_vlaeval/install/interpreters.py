@@ -117,11 +117,11 @@ def pytest_plugins() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def missing_plugins(python: Path, loaded: list[tuple[str, str]]) -> list[str]:
+def missing_plugins(installed: InstalledIn, loaded: list[tuple[str, str]]) -> list[str]:
     """``name version`` of each plugin distribution the session loaded (``loaded``: name,
-    version) that interpreter lacks at that version: the plugin's worker half would be missing
-    (pytest-metadata's controller then fails on every worker's end)."""
-    installed = installed_in(python)
+    version) that the interpreter (its distributions: ``installed``) lacks at that version: the
+    plugin's worker half would be missing (pytest-metadata's controller then fails on every
+    worker's end)."""
     skipped = {"pytest-vlaeval", *HARNESS}
     return sorted(
         {
