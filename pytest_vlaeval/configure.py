@@ -122,13 +122,12 @@ def _sequential_blocks(gate: SequentialGate) -> SequentialBlocks:
     and whether to stop sending."""
     from pytest_vlaeval.distribute.blocks import SequentialBlocks
     from pytest_vlaeval.episodes.nodeid import parse_nodeid
-    from pytest_vlaeval.gate.verdict import UNDECIDED
 
     def block_of(nodeid: str) -> int:
         key = parse_nodeid(nodeid)
         return gate.block_of_seed(key[1]) if key else 0
 
-    return SequentialBlocks(block_of, lambda: gate.outcome != UNDECIDED)
+    return SequentialBlocks(block_of, lambda: gate.done)
 
 
 def _prepare_controller(
@@ -176,11 +175,15 @@ def _prepare_controller(
 
 def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> None:
     """``--vla-gate-plan``: the seeds the gate needs to decide, then exit before any episode."""
-    from pytest_vlaeval.gate.plan import budget_table
+    from pytest_vlaeval.gate.plan import PLAN_BUDGETS, budget_table
 
     if gate is None:
         raise SpecError("--vla-gate-plan plans a gate: add --vla-baseline=DIR or --vla-sequential --vla-min-sr=X")
-    lines = budget_table(gate.design, gate.profile, run.plan_probability)
+    baseline_seeds = None
+    if gate.baseline is not None:
+        start = run.selection.start_seed
+        baseline_seeds = len(gate.baseline.paired_seeds(range(start, start + PLAN_BUDGETS[-1])))
+    lines = budget_table(gate.design, gate.profile(), run.plan_probability, baseline_seeds)
     print("\n".join(lines), flush=True)
     pytest.exit(f"--vla-gate-plan: no episode run (this run's budget: --episodes={run.selection.episodes})", 0)
 

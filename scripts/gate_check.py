@@ -8,7 +8,8 @@ with z_s drawn from the seed (shared by every task and both runs) and e_ts from 
 the task and the seed. Per correlation: one baseline run, then ``--runs`` sessions at each true
 drop (0 and 2 x max drop, every task's SR lowered by it), each with ``--vla-sequential
 --vla-baseline``. Prints, per case, the plan line's prediction beside what the sessions did:
-correct verdicts and the mean share of the budget spent. Against one baseline, the sessions share
+correct verdicts (the mean of the plans' worse ends, and of their other ends where a plan prints a
+range) and the mean share of the budget spent. Against one baseline, the sessions share
 its luck (its SRs a little above or below the truth move every session's verdict the same way),
 and so do its seeds' difficulties, which the plan, an average over both, cannot know;
 ``--baseline-per-session`` gives each session its own baseline and its own seed set (as if on
@@ -138,12 +139,14 @@ def session(workdir: Path, srs: np.ndarray, rho: float, salt: str, world: str, *
     return done.stdout
 
 
-def plan_for(stdout: str, case: str) -> tuple[float, float]:
-    """The plan line's (correct, budget spent) for ``case`` ("true drop 0", ...)."""
+def plan_for(stdout: str, case: str) -> tuple[float, float, float]:
+    """The plan line's share of correct verdicts for ``case`` ("true drop 0", ...) at its worse and
+    its other end (the same where it prints one number), and its budget spent at the worse end."""
     line = next(line for line in stdout.splitlines() if line.startswith("vlaeval gate plan: simulated"))
-    found = re.search(re.escape(case) + r": correct (\d+)%, budget spent ([\d.]+)", line)
+    found = re.search(re.escape(case) + r": correct (\d+)%(?: to (\d+)%)?, budget spent ([\d.]+)(?: to [\d.]+)?", line)
     assert found, line
-    return int(found.group(1)) / 100, float(found.group(2))
+    worse = int(found.group(1)) / 100
+    return worse, int(found.group(2) or found.group(1)) / 100, float(found.group(3))
 
 
 def outcome(stdout: str, episodes: int) -> tuple[str, float]:
@@ -207,12 +210,13 @@ def main() -> int:
                     results = f"--vla-results={workdir / f'r-{rho:g}-{change:g}-{i}'}"
                     futures.append(pool.submit(session, workdir, now, rho, f"run-{i}", f"world-{b}", *gate, results))
                 runs = [future.result() for future in futures]
-                planned = np.mean([plan_for(stdout, case) for stdout in runs], axis=0)
+                worse, other, planned_spent = np.mean([plan_for(stdout, case) for stdout in runs], axis=0)
+                planned_correct = f"{worse:.0%}" if abs(other - worse) < 0.005 else f"{worse:.0%} to {other:.0%}"
                 results = [outcome(stdout, args.episodes) for stdout in runs]
                 right = sum(verdict == correct for verdict, _ in results)
                 spent = sum(share for _, share in results) / len(results)
                 print(
-                    f"| {rho:g} | {case} | {planned[0]:.0%} | {planned[1]:.2f} | {right}/{len(results)} | {spent:.2f} |",
+                    f"| {rho:g} | {case} | {planned_correct} | {planned_spent:.2f} | {right}/{len(results)} | {spent:.2f} |",
                     flush=True,
                 )
     return 0

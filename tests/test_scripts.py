@@ -231,7 +231,7 @@ def test_gate_check_puts_each_plan_beside_real_sessions() -> None:
     assert [row.split("|")[2].strip() for row in rows] == ["true drop 0", "true drop 0.2"], proc.stdout
     for row in rows:
         cells = [cell.strip() for cell in row.split("|")[3:-1]]
-        assert re.fullmatch(r"\d+%", cells[0]) and 0 < float(cells[1]) <= 1, cells
+        assert re.fullmatch(r"\d+%( to \d+%)?", cells[0]) and 0 < float(cells[1]) <= 1, cells
         assert re.fullmatch(r"[0-2]/2", cells[2]) and 0 < float(cells[3]) <= 1, cells
 
 

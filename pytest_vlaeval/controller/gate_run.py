@@ -53,13 +53,17 @@ class GateRun:
         looked = len(self.sequential.looks)
         settled = self.sequential.settle(seed, outcomes)
         new = self.sequential.looks[looked:]
-        return [self.sequential.look_line(look) for look in new if look.chance is not None], settled
+        gate = self.sequential
+        return [gate.look_line(look) for look in new if gate.open_with_budget(look)], settled
 
     def stop(self, resume_command: str) -> str:
         """Stop early; the reason pytest is given."""
         assert self.sequential is not None
         self.resume_command = resume_command
-        return f"{self.sequential.outcome}: the sequential gate's verdict is settled"
+        gate = self.sequential
+        if gate.outcome == UNDECIDED:
+            return f"{UNDECIDED}: {gate.short_baseline}"
+        return f"{gate.outcome}: the sequential gate's verdict is settled"
 
     def judge(self, unreported: int, per_task: list[TaskResult]) -> Verdict | None:
         """The verdict as the session ends; after an early stop, the ``unreported`` episodes were

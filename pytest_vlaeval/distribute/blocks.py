@@ -27,7 +27,7 @@ class SequentialBlocks:
     block_of: Callable[[str], int]
     """Node id -> block of seeds."""
     settled: Callable[[], bool]
-    """True once the gate's verdict is settled: send nothing more."""
+    """True once no episode can add to the gate's verdict (settled, or its last look taken): send nothing more."""
 
     def scheduling(
         self, config: pytest.Config, log: Producer, steps: Mapping[str, float], lockstep: int = 1
@@ -54,7 +54,7 @@ class BlockScheduling(AffinityScheduling):
 
     def _feed(self) -> None:
         if self.collection is not None and self.blocks.settled():
-            self.pool.clear()  # not needed: the sequential gate's verdict is settled
+            self.pool.clear()  # not needed: nothing more can change the sequential gate's verdict
             for queue in self.node2queue.values():
                 queue.indices.clear()
         super()._feed()

@@ -52,6 +52,10 @@ class Baseline:
         common = set.intersection(*(set(o) for o in self.outcomes.values()))
         return [sum(o[s] for o in self.outcomes.values()) / len(self.outcomes) for s in sorted(common)]
 
+    def paired_seeds(self, seeds: Sequence[int]) -> list[int]:
+        """Those of ``seeds`` the baseline has on every compared task: the only ones the gate can pair."""
+        return sorted(set.intersection(*(set(o) & set(seeds) for o in self.outcomes.values())))
+
     def method(self, seeds: int, max_drop: float) -> Method:
         """The gate's method against this baseline at a budget of ``seeds`` (``sequential.drop_method``)."""
         return drop_method(self.srs(), self.seed_means(), seeds, max_drop)

@@ -76,12 +76,13 @@ class FixedGate:
     method: Method
     seeds: int
     """Seeds this run can pair with the baseline on every compared task, if none errors."""
+    episodes: int
+    """The run's seeds per task."""
 
     @classmethod
     def create(cls, baseline: Baseline, seeds: Sequence[int], max_drop: float, alpha: float) -> FixedGate:
-        wanted = set(seeds)
-        pairable = len(set.intersection(*(set(o) & wanted for o in baseline.outcomes.values())))
-        return cls(baseline, max_drop, alpha, baseline.method(pairable, max_drop), pairable)
+        pairable = len(baseline.paired_seeds(seeds))
+        return cls(baseline, max_drop, alpha, baseline.method(pairable, max_drop), pairable, len(seeds))
 
     @property
     def tasks(self) -> int:
@@ -92,13 +93,18 @@ class FixedGate:
         method = self.baseline.method(seeds, self.max_drop)
         return Design(method, self.alpha, seeds, self.max_drop, sequential=False)
 
-    def profile(self, seeds: int) -> Profile:
-        """What the plan simulates at a budget of ``seeds``: the baseline's SRs and seed correlation."""
-        return baseline_profile(self.baseline, seeds)
+    def profile(self) -> Profile:
+        """What the plan simulates: the baseline's SRs and seed correlation."""
+        return baseline_profile(self.baseline)
 
     def start_lines(self) -> list[str]:
         """What to say before any episode runs: the plan, and that the gate cannot FAIL, when it cannot."""
-        lines = start_lines(self.design(self.seeds), self.profile(self.seeds), self.seeds)
+        lines = start_lines(self.design(self.seeds), self.profile(), self.seeds)
+        if self.seeds < self.episodes:
+            lines.append(
+                f"{VERDICT_PREFIX}: the baseline pairs {self.seeds} of this run's {self.episodes} seeds: the gate "
+                f"judges those (a baseline run with --episodes={self.episodes} lets it judge them all)"
+            )
         if not can_fail(self.seeds, self.method, self.alpha, self.max_drop):
             lines.append(
                 f"{VERDICT_PREFIX}: this run pairs {self.seeds} seeds with the baseline: too few to show a drop above "

@@ -8,10 +8,11 @@ when sqrt(rho) z_s + sqrt(1 - rho) e < Phi^-1(p_t), hence P(success) = p_t exact
 (``seed_model``). What it simulates (``Profile``) is what the gate can know:
 
 - against a baseline, the baseline's own task SRs, and its seed correlation at both ends of what
-  its per-seed means allow (``seed_model.seed_correlation``), reporting the worse end per scenario:
-  for a paired drop a weak correlation is the pessimistic case when nothing changed (the seed's
-  shared difficulty no longer cancels) and a strong one when the policy got worse (the drop falls
-  on a few hard seeds);
+  its per-seed means allow (``seed_model.seed_correlation``; anywhere in 0 to 0.95 with one task,
+  whose per-seed means vary alike at any correlation), reporting the worse end per scenario first
+  and the other where they differ (``Chance``): for a paired drop a weak correlation is the
+  pessimistic case when nothing changed (the seed's shared difficulty no longer cancels) and a
+  strong one when the policy got worse (the drop falls on a few hard seeds);
 - with a min SR and no data, every task at the scenario's SR and rho = ``MIN_SR_PLAN_RHO``, the
   pessimistic end for a one-sample mean (the seeds move all tasks together).
 """
@@ -40,6 +41,8 @@ MIN_SR_PLAN_RHO = 0.8
 """The seed correlation the plan assumes with a min SR and no data (the simulation's cells go up to 0.8)."""
 PLAN_REPS = 200
 PLAN_BUDGETS = (10, 20, 30, 50, 75, 100, 150, 200, 300)
+RANGE_SHOWN = 0.1
+"""Where the two ends of the correlation differ by this much in a figure (correct verdicts, budget spent), the plan gives both."""
 CHUNK = 100
 """Replications per batch of the betting sequence (it holds a grid x seeds array per replication)."""
 
@@ -58,8 +61,8 @@ class Design:
 
 @dataclass(frozen=True)
 class Profile:
-    """The benchmark the plan simulates: task SRs, the seed correlations to try (the plan takes
-    the worse per scenario), and what that assumes, in words for the plan's line."""
+    """The benchmark the plan simulates: task SRs, the seed correlations to try (the plan reports
+    the worse first, per scenario), and what that assumes, in words for the plan's line."""
 
     srs: tuple[float, ...]
     rhos: tuple[float, ...]
@@ -70,18 +73,21 @@ class Profile:
         return len(self.srs)
 
 
-def baseline_profile(baseline: Baseline, seeds: int) -> Profile:
-    """The baseline's task SRs (smoothed by one success and one failure, so none is exactly 0 or
-    1) and both ends of its seed correlation."""
+def baseline_profile(baseline: Baseline) -> Profile:
+    """The baseline's task SRs (each smoothed by one success and one failure over its own episodes,
+    so none is exactly 0 or 1) and both ends of its seed correlation."""
     srs = np.asarray(baseline.srs())
+    episodes = np.asarray([len(o) for o in baseline.outcomes.values()])
     means = np.asarray(baseline.seed_means())
     low, high = (float(seed_correlation(means, srs, end, PLAN_RHO_LEVEL)) for end in ("lower", "upper"))
-    if len(means) >= MIN_SEED_MEANS:
+    if len(srs) < 2:
+        known = f"seed correlation anywhere in {low:g} to {high:.2f} (one task cannot show it)"
+    elif len(means) >= MIN_SEED_MEANS:
         known = f"seed correlation {low:.2f} to {high:.2f} (its {len(means)} seeds' middle half)"
     else:
         known = f"seed correlation anywhere in {low:g} to {high:.2f} (its {len(means)} seeds say too little)"
-    smoothed = (srs * seeds + 1) / (seeds + 2)
-    assumed = f"the baseline's {len(srs)} task SRs (mean {srs.mean():.2f}) and {known}, the worse end per case"
+    smoothed = (srs * episodes + 1) / (episodes + 2)
+    assumed = f"the baseline's {len(srs)} task SRs (mean {srs.mean():.2f}) and {known}, the worse end first"
     return Profile(tuple(smoothed.tolist()), (low, high), assumed)
 
 
@@ -199,10 +205,36 @@ def earliest(design: Design, seeds: int) -> tuple[int | None, int | None]:
     return found[0], found[1]
 
 
-def chance_of_deciding(design: Design, profile: Profile, seeds: int, seed: int = 0) -> dict[str, tuple[float, float]]:
+@dataclass(frozen=True)
+class Chance:
+    """One planned case: (share of correct verdicts, mean share of the budget spent) at the end of
+    the profile's seed correlation where fewer verdicts are correct, and at the other end. Where
+    the baseline cannot narrow the correlation (few tasks: the seed moves both runs of one task
+    alike, which one run cannot show) the two differ, and the plan says both."""
+
+    worse: tuple[float, float]
+    other: tuple[float, float]
+
+    @property
+    def correct(self) -> float:
+        return self.worse[0]
+
+    def text(self, spent: str) -> str:
+        correct = " to ".join(f"{end:.0%}" for end in shown_ends(self.worse[0], self.other[0]))
+        share = " to ".join(f"{end:.2f}" for end in shown_ends(self.worse[1], self.other[1]))
+        return f"correct {correct}, {spent} {share}"
+
+
+def shown_ends(worse: float, other: float) -> tuple[float, ...]:
+    """The ends of one planned figure the plan prints: the worse, and the other where they differ
+    by ``RANGE_SHOWN`` or more."""
+    return (worse,) if abs(other - worse) < RANGE_SHOWN else (worse, other)
+
+
+def chance_of_deciding(design: Design, profile: Profile, seeds: int, seed: int = 0) -> dict[str, Chance]:
     """Under ``profile``: for a true change of none and of twice the threshold's margin (a drop of
     2 x max drop, or an SR of min SR -/+ 0.1), the share of correct verdicts and the mean share of
-    the budget spent, at the profile's correlation where fewer verdicts are correct."""
+    the budget spent at each end of the profile's correlation, the worse end first."""
     rng = np.random.default_rng(seed)
     results = {}
     for label, change, correct in _scenarios(design, profile):
@@ -211,7 +243,8 @@ def chance_of_deciding(design: Design, profile: Profile, seeds: int, seed: int =
             base, now = outcomes(rng, profile.srs, change, rho, seeds, PLAN_REPS)
             verdicts, spent = run(per_seed_values(base, now, design.min_sr), design)
             found.append((float(np.mean(verdicts == correct)), float(spent.mean())))
-        results[label] = min(found, key=lambda chance: (chance[0], -chance[1]))
+        ordered = sorted(found, key=lambda chance: (chance[0], -chance[1]))
+        results[label] = Chance(ordered[0], ordered[-1])
     return results
 
 
@@ -235,32 +268,46 @@ def start_lines(design: Design, profile: Profile, seeds: int) -> list[str]:
         f"{never if first_fail is None else f'{first_fail} seeds'} of {seeds}"
     )
     chances = chance_of_deciding(design, profile, seeds)
-    odds = "; ".join(f"{label}: correct {c:.0%}, budget spent {s:.2f}" for label, (c, s) in chances.items())
+    odds = "; ".join(f"{label}: {chance.text('budget spent')}" for label, chance in chances.items())
     return [head, f"vlaeval gate plan: simulated at {profile.assumed}: {odds}"]
 
 
 def budget_table(
-    design_for: Callable[[int], Design], profile_for: Callable[[int], Profile], probability: float = 0.8
+    design_for: Callable[[int], Design],
+    profile: Profile,
+    probability: float = 0.8,
+    baseline_seeds: int | None = None,
 ) -> list[str]:
     """``--vla-gate-plan``: per budget, the chance of a correct verdict in each scenario, and the
-    smallest budget reaching ``probability`` in both. ``design_for(seeds)`` and
-    ``profile_for(seeds)`` give the gate's design and the simulated profile there."""
-    first = profile_for(PLAN_BUDGETS[0])
-    labels = [label for label, *_ in _scenarios(design_for(PLAN_BUDGETS[0]), first)]
-    lines = [f"vlaeval gate plan: simulated at {first.assumed}"]
+    smallest budget reaching ``probability`` in both (at the worse end) under ``profile``.
+    ``design_for(seeds)`` gives the gate's design there; ``baseline_seeds``, how many of the run's
+    first ``PLAN_BUDGETS[-1]`` seeds the baseline pairs (a larger budget needs a baseline of as many)."""
+    labels = [label for label, *_ in _scenarios(design_for(PLAN_BUDGETS[0]), profile)]
+    lines = [f"vlaeval gate plan: simulated at {profile.assumed}"]
+    short = baseline_seeds is not None and baseline_seeds < PLAN_BUDGETS[-1]
+    if short:
+        lines.append(
+            f"vlaeval gate plan: the baseline pairs {baseline_seeds} of this run's seeds; "
+            f"the rows above {baseline_seeds} seeds assume a baseline of as many"
+        )
     lines.append("| seeds | method | " + " | ".join(labels) + " |")
     lines.append("| ---: | --- |" + " ---: |" * len(labels))
     enough = None
     for seeds in PLAN_BUDGETS:
         design = design_for(seeds)
-        chances = chance_of_deciding(design, profile_for(seeds), seeds)
-        cells = " | ".join(f"correct {c:.0%}, spent {s:.2f}" for c, s in chances.values())
+        chances = chance_of_deciding(design, profile, seeds)
+        cells = " | ".join(chance.text("spent") for chance in chances.values())
         lines.append(f"| {seeds} | {design.method.name} | {cells} |")
-        if enough is None and all(c >= probability for c, _ in chances.values()):
+        if enough is None and all(chance.correct >= probability for chance in chances.values()):
             enough = seeds
     verdict = (
         f"decides correctly with probability >= {probability:.0%} in both from --episodes={enough}"
         if enough
         else f"no budget up to {PLAN_BUDGETS[-1]} seeds decides with probability {probability:.0%} in both"
     )
-    return [*lines, f"vlaeval gate plan: {first.tasks} tasks: {verdict}"]
+    if short and enough and enough > baseline_seeds:
+        verdict += (
+            f", with a baseline of as many seeds (this one pairs {baseline_seeds}: rerun it with --episodes={enough})"
+        )
+    tasks = f"{profile.tasks} task{'s' if profile.tasks != 1 else ''}"
+    return [*lines, f"vlaeval gate plan: {tasks}: {verdict}"]

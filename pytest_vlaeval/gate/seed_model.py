@@ -103,10 +103,10 @@ def seed_correlation(
     ``level``) of their sample variance. ``seed_means`` (..., seeds), ``srs`` the run's task SRs
     (..., tasks). The upper end at ``RHO_LEVEL`` is the conservative reading for the gate's floor: a
     larger floor, not a smaller one, when the seeds say little; with fewer than ``MIN_SEED_MEANS``
-    seeds, the end of ``RHOS`` on that side."""
+    seeds, or one task (its per-seed means vary as much at any rho), the end of ``RHOS`` on that side."""
     seed_means = np.asarray(seed_means, dtype=float)
     seeds = seed_means.shape[-1]
-    if seeds < MIN_SEED_MEANS:
+    if seeds < MIN_SEED_MEANS or np.shape(srs)[-1] < 2:
         return np.full(seed_means.shape[:-1], RHOS[-1] if end == "upper" else RHOS[0])
     quantile = level if end == "upper" else 1 - level
     bound = seed_means.var(axis=-1, ddof=1) * (seeds - 1) / chi2_quantile(quantile, seeds - 1)

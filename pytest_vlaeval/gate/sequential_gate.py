@@ -27,7 +27,7 @@ import numpy as np
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.plan import Design, Profile, baseline_profile, min_sr_profile, run, start_lines
-from pytest_vlaeval.gate.sequential import BETTING, OBSERVED, Method, method_for, running_bounds
+from pytest_vlaeval.gate.sequential import BETTING, MIN_SEEDS, OBSERVED, Method, method_for, running_bounds
 from pytest_vlaeval.gate.stats import Outcomes, group_sr, paired_seed_sums, success_rate
 from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX, drop_verdict, min_sr_verdict
 
@@ -97,7 +97,8 @@ class Look:
     missing: tuple[str, ...] = ()
     """Compared tasks with no completed episode up to this look: no seed pairs while any is."""
     chance: float | None = None
-    """Undecided with budget left: how likely a verdict is by the budget, from the seeds so far."""
+    """Undecided with budget left and at least ``MIN_SEEDS`` seeds: how likely a verdict is by the
+    budget, from the seeds so far."""
 
 
 @dataclass
@@ -107,7 +108,10 @@ class SequentialGate:
     settings: SequentialSettings
     start_seed: int
     seeds: int
-    """The budget: seeds per task (``--episodes``)."""
+    """The gate's budget: the seeds per task it can look at (``--episodes``, or fewer where the
+    baseline has no seed to pair beyond)."""
+    episodes: int
+    """The session's seeds per task (``--episodes``)."""
     max_drop: float
     method: Method
     """The method chosen at session start (in min-SR mode, the plan's: each look chooses again)."""
@@ -128,11 +132,22 @@ class SequentialGate:
         if settings.min_sr is None:
             assert baseline is not None
             reference_srs = baseline.srs()
+            seeds = baseline.paired_seeds(selection.seeds)[-1] - selection.start_seed + 1
         else:
             reference_srs = [settings.min_sr] * len(selection.tasks)
         task_ids = tuple(task.env_id for task in selection.tasks)
         method = _method(baseline, reference_srs, seeds, max_drop)
-        return cls(settings, selection.start_seed, seeds, max_drop, method, reference_srs, task_ids, baseline)
+        return cls(
+            settings,
+            selection.start_seed,
+            seeds,
+            selection.episodes,
+            max_drop,
+            method,
+            reference_srs,
+            task_ids,
+            baseline,
+        )
 
     @property
     def last_block(self) -> int:
@@ -152,15 +167,28 @@ class SequentialGate:
         threshold = self.max_drop if min_sr is None else min_sr
         return Design(method, self.settings.alpha, self.settings.block, threshold, min_sr is not None)
 
-    def profile(self, seeds: int) -> Profile:
-        """What the plan simulates at a budget of ``seeds``: the baseline's SRs and seed
-        correlation, or with a min SR the pessimistic profile for it."""
-        return baseline_profile(self.baseline, seeds) if self.baseline else min_sr_profile(self.tasks)
+    def profile(self) -> Profile:
+        """What the plan simulates: the baseline's SRs and seed correlation, or with a min SR the
+        pessimistic profile for it."""
+        return baseline_profile(self.baseline) if self.baseline else min_sr_profile(self.tasks)
+
+    @property
+    def short_baseline(self) -> str:
+        """Why the gate's budget is below the session's ('' when it is not)."""
+        if self.seeds >= self.episodes:
+            return ""
+        return f"the baseline pairs none of this run's seeds after the first {self.seeds} of {self.episodes}"
 
     def start_lines(self) -> list[str]:
         """What to say before any episode runs: when PASS and FAIL are possible, and the chances."""
         seeds = self.settings.block * (self.last_block + 1)
-        return start_lines(self.design(seeds), self.profile(seeds), seeds)
+        lines = start_lines(self.design(seeds), self.profile(), seeds)
+        if self.short_baseline:
+            lines.append(
+                f"{VERDICT_PREFIX}: {self.short_baseline}: the gate judges those, and the session stops there "
+                f"(a baseline run with --episodes={self.episodes} lets it use them all)"
+            )
+        return lines
 
     @property
     def planned_looks(self) -> int:
@@ -176,17 +204,23 @@ class SequentialGate:
     def settle(self, seed: int, outcomes: Callable[[], Mapping[str, Outcomes]]) -> bool:
         """An episode of this session is settled; take every look now due, on the run's completed
         episodes (``outcomes``: task -> seed -> success, asked for only when a look is due). True when the verdict
-        is settled with blocks still to run (the caller stops the session and sets ``stopped``).
-        A settled verdict is final: later episodes (in flight when it was reached) add no look."""
+        is settled, or the gate's budget spent, with the session's blocks still to run (the caller stops
+        the session and sets ``stopped``). A settled verdict is final: later episodes (in flight when
+        it was reached) add no look."""
         self.pending[self.block_of_seed(seed)] -= 1
-        if self.outcome != UNDECIDED:
+        if self.done:
             return False
         while self._next_block() <= self.last_block and not any(self.pending[b] for b in range(self._next_block() + 1)):
             look = self._look(self._next_block(), outcomes())
             self.looks.append(look)
-            if look.verdict != UNDECIDED:
-                return look.block < self.last_block
+            if self.done:
+                return look.block < self.settings.block_of(self.episodes - 1)
         return False
+
+    @property
+    def done(self) -> bool:
+        """The verdict is settled, or the gate has taken its last look: no episode adds to it."""
+        return self.outcome != UNDECIDED or (bool(self.looks) and self.looks[-1].block == self.last_block)
 
     def _next_block(self) -> int:
         return self.looks[-1].block + 1 if self.looks else 0
@@ -233,7 +267,7 @@ class SequentialGate:
         taken on each path. A guide for the CI user, not a guarantee: it takes what the first
         seeds showed for what the rest will show."""
         rest = self.seeds - len(values)
-        if rest <= 0 or len(values) < 2:
+        if rest <= 0 or len(values) < MIN_SEEDS:
             return None
         rng = np.random.default_rng(len(values))
         so_far = np.asarray(values, dtype=float)
@@ -241,15 +275,23 @@ class SequentialGate:
         verdicts, _ = run(paths, self._design(method))
         return float(np.mean(verdicts != UNDECIDED))
 
+    def open_with_budget(self, look: Look) -> bool:
+        """The look left the verdict open with looks still to come."""
+        return look.verdict == UNDECIDED and look.block < self.last_block
+
     def look_line(self, look: Look) -> str:
-        """A look that left the verdict open with budget to go: where it stands, and its chance."""
+        """A look that left the verdict open with looks to come: where it stands, and its chance
+        of a verdict by the budget (from ``MIN_SEEDS`` seeds on: fewer say too little)."""
         low, high = look.interval
         what = "drop" if self.settings.min_sr is None else "split SR"
-        assert look.chance is not None, "only a look with budget to go has a chance to report"
+        chance = (
+            f"too few seeds yet to judge how likely a verdict is by {self.seeds}"
+            if look.chance is None
+            else f"about {look.chance:.0%} likely to decide by {self.seeds} seeds, judged from the seeds so far"
+        )
         return (
             f"{VERDICT_PREFIX} look {look.block + 1} at {look.seeds} seeds: {what} {look.estimate:+.3f} "
-            f"[{low:+.3f}, {high:+.3f}], undecided; about {look.chance:.0%} likely to decide by {self.seeds} seeds, "
-            "judged from the seeds so far"
+            f"[{low:+.3f}, {high:+.3f}], undecided; {chance}"
         )
 
     # -- the verdict -------------------------------------------------------------------------
@@ -310,6 +352,8 @@ class SequentialResult:
         else:
             what = f"split SR {look.estimate:.3f} [{label} {low:.3f}, {high:.3f}] vs min SR {gate.settings.min_sr:.3f}"
         stop = f", stopped early ({self.saved} episodes saved)" if self.stopped else ""
+        if gate.short_baseline:
+            stop += f"; {gate.short_baseline}"
         if look.missing:
             stop += f"; no completed episode of {', '.join(look.missing)}, so no seed pairs"
         not_compared = (

@@ -189,6 +189,34 @@ def test_sequential_gate_undecided_has_its_own_exit_status(fake: pytest.Pytester
     assert fake.runpytest(*args, "--vla-undecided-exit=0").ret == pytest.ExitCode.OK
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_sequential_gate_stops_where_the_baseline_has_no_seed_left_to_pair(
+    fake: pytest.Pytester, workers: list[str]
+) -> None:
+    """A budget beyond the baseline's seeds adds nothing to the verdict: the gate's looks, its plan
+    and the session end at the last seed it can pair, and every line says why."""
+    same = _baseline(fake, "same", 4, False)  # seeds 100-103; the zero policy fails them too: a drop of 0
+    args = [*SHORT, "--episodes=10", "--policy=zero", "--vla-block=2", "--vla-sequential", f"--vla-baseline={same}"]
+    result = fake.runpytest_subprocess(*args, *workers)
+    assert result.ret == UNDECIDED_EXIT
+    why = "the baseline pairs none of this run's seeds after the first 4 of 10"
+    result.stdout.fnmatch_lines(
+        [
+            "vlaeval gate plan: betting confidence sequence (2 tasks < 10); earliest PASS at not within this budget, "
+            "earliest FAIL at not within this budget of 4",
+            f"vlaeval gate: {why}: the gate judges those, and the session stops there (a baseline run with "
+            "--episodes=10 lets it use them all)",
+            f"vlaeval gate: UNDECIDED: split SR drop +0.000 ?95% CS *? vs max drop 0.050 after 2 looks (4 seeds), "
+            f"stopped early (* episodes saved); {why}; method: *",
+        ]
+    )
+    gate = read_json(run_dir(fake) / "summary.json")["gate"]
+    ran = len(_records(run_dir(fake)))
+    assert gate["stopped_early"] and gate["episodes_saved"] == 20 - ran and gate["looks"] == 2
+    # Only the seeds the baseline pairs ran, and under xdist at most one more per worker (in flight).
+    assert 8 <= ran <= (8 if not workers else 10), ran
+
+
 def test_min_sr_gate_stops_as_soon_as_the_split_sr_is_known_below(fake: pytest.Pytester) -> None:
     result = fake.runpytest(
         *SHORT, "--episodes=20", "--policy=zero", "--vla-block=2", "--vla-sequential", "--vla-min-sr=0.8"
@@ -346,7 +374,7 @@ def test_fixed_gate_that_cannot_fail_says_so_first_and_is_undecided(fake: pytest
             "vlaeval gate plan: betting confidence sequence (2 tasks < 10); earliest PASS at not within this budget, "
             "earliest FAIL at not within this budget of 5",
             "vlaeval gate plan: simulated at the baseline's 2 task SRs (mean 1.00) and seed correlation anywhere in "
-            "0 to 0.95 (its 5 seeds say too little), the worse end per case: true drop 0: correct 0%, budget spent "
+            "0 to 0.95 (its 5 seeds say too little), the worse end first: true drop 0: correct 0%, budget spent "
             "1.00; true drop 0.1: correct 0%, budget spent 1.00",
             "vlaeval gate: this run pairs 5 seeds with the baseline: too few to show a drop above 0.05 at alpha 0.05*",
             "fake-short FFFFF",
@@ -355,6 +383,19 @@ def test_fixed_gate_that_cannot_fail_says_so_first_and_is_undecided(fake: pytest
         ]
     )
     assert read_json(run_dir(fake) / "summary.json")["gate"]["verdict"] == UNDECIDED
+
+
+def test_fixed_gate_says_when_the_baseline_pairs_fewer_seeds_than_the_run(fake: pytest.Pytester) -> None:
+    short = _baseline(fake, "short", 12, False)  # seeds 100-111; the zero policy fails them too
+    result = fake.runpytest(*SHORT, "--episodes=15", "--policy=zero", f"--vla-baseline={short}")
+    result.stdout.fnmatch_lines(
+        [
+            "vlaeval gate plan: * of 12",
+            "vlaeval gate: the baseline pairs 12 of this run's 15 seeds: the gate judges those (a baseline run with "
+            "--episodes=15 lets it judge them all)",
+            "vlaeval gate: *: split SR drop +0.000 paired on 12 seeds x 2 tasks*",
+        ]
+    )
 
 
 def test_fixed_gate_fails_only_a_drop_significantly_above_max_drop(fake: pytest.Pytester) -> None:
@@ -475,6 +516,7 @@ def test_a_good_policy_against_its_own_baseline_passes_early(wide: pytest.Pytest
     result.stdout.fnmatch_lines(
         [
             "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, variance floor at a drop of 0.1 *",
+            "vlaeval gate look 1 at 5 seeds: drop * undecided; too few seeds yet to judge how likely a verdict is by 30",
             "vlaeval gate look 2 at 10 seeds: drop * undecided; about *% likely to decide by 30 seeds, judged from *",
             "vlaeval gate: PASS: split SR drop * after * looks (* seeds), stopped early*",
         ]
@@ -538,7 +580,9 @@ def test_gate_plan_prints_the_budgets_and_runs_no_episode(wide: pytest.Pytester)
     result.stdout.fnmatch_lines(
         [
             "vlaeval gate plan: simulated at the baseline's 12 task SRs (mean *) and seed correlation * to * (its "
-            "30 seeds' middle half), the worse end per case",
+            "30 seeds' middle half), the worse end first",
+            "vlaeval gate plan: the baseline pairs 30 of this run's seeds; the rows above 30 seeds assume a baseline of "
+            "as many",
             "| seeds | method | true drop 0 | true drop 0.1 |",
             "| 10 | group-sequential t test | correct *",
             "| 300 | group-sequential t test | correct *",
@@ -568,8 +612,11 @@ def test_the_plan_check_puts_the_plan_beside_what_happens(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())
     assert [r["case"] for r in rows] == ["true drop 0", "true drop 0.2"]
-    assert all(0 <= r[k] <= 1 for r in rows for k in ("plan_correct", "correct", "plan_spent", "spent"))
-    assert "most optimistic plan:" in done.stdout
+    figures = ("plan_correct", "plan_correct_other", "correct", "plan_spent", "plan_spent_other", "spent")
+    assert all(0 <= r[k] <= 1 for r in rows for k in figures)
+    within = sum(r["within"] for r in rows)
+    assert f"{within} of 2 cells within 0.1 of the plan" in done.stdout
+    assert "most optimistic worse end:" in done.stdout and "most pessimistic worse end:" in done.stdout
 
 
 def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
@@ -596,7 +643,7 @@ def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
         "reps",
     }
     assert cells and all(set(c) == keys for c in cells)
-    assert {c["method"] for c in cells} == {"betting", "t_test", "auto", "fixed"}
+    assert {c["method"] for c in cells} == {"betting", "t_test", "auto", "fixed", "oracle"}
     assert {c["mode"] for c in cells} == {"drop", "min_sr"}
     assert all(c["wrong"] + c["correct"] + c["undecided"] <= 1 + 1e-9 for c in cells)
     assert "Split-SR interval coverage" in done.stdout

@@ -62,3 +62,15 @@ def test_drop_method_gives_high_and_bimodal_srs_the_t_test_with_the_boundary_flo
     assert drop_method(list(HIGH), means[:9], 9, 0.05).name == BETTING
     few = drop_method(list(HIGH), means[:5], 50, 0.05)
     assert "correlation 0.95" in few.reason, "a baseline of too few seeds is read at the largest correlation"
+
+
+def test_a_plan_that_cannot_know_the_correlation_says_both_ends() -> None:
+    """One task: one run cannot show how the seed moves both runs alike, and at SR 0.95 that moves
+    an unchanged policy's chance of a PASS by far more than the plan's 10 points, so the plan gives
+    both ends, the worse first; where the ends agree it gives one number."""
+    design = plan.Design(drop_method([0.95], [], 50, 0.1), 0.05, 5, 0.1)
+    unknown = plan.chance_of_deciding(design, plan.Profile((0.95,), (0.0, 0.95), ""), 50)["true drop 0"]
+    assert unknown.other[0] - unknown.worse[0] > 0.15
+    assert unknown.text("spent").startswith(f"correct {unknown.worse[0]:.0%} to {unknown.other[0]:.0%}, spent ")
+    known = plan.Chance((0.5, 0.8), (0.55, 0.75))
+    assert known.text("budget spent") == "correct 50%, budget spent 0.80"
