@@ -168,7 +168,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vla-sequential",
         action="store_true",
         help="sequential gate (with --vla-baseline or --vla-min-sr): run seeds in blocks, look after each "
-        "complete block and stop once PASS or FAIL is settled at --vla-gate-alpha",
+        "complete block and stop once PASS or FAIL is settled at --vla-gate-alpha (or the baseline has no "
+        "seed left to pair)",
     )
     results.addoption(
         "--vla-min-sr",

@@ -8,8 +8,9 @@ with z_s drawn from the seed (shared by every task and both runs) and e_ts from 
 the task and the seed. Per correlation: one baseline run, then ``--runs`` sessions at each true
 drop (0 and 2 x max drop, every task's SR lowered by it), each with ``--vla-sequential
 --vla-baseline``. Prints, per case, the plan line's prediction beside what the sessions did:
-correct verdicts (the mean of the plans' worse ends, and of their other ends where a plan prints a
-range) and the mean share of the budget spent. Against one baseline, the sessions share
+correct verdicts (the mean of the plans' worse ends and, where any plan prints a range, the mean of
+their other ends, a plan that prints one number counting with it) and the mean share of the budget
+spent. Against one baseline, the sessions share
 its luck (its SRs a little above or below the truth move every session's verdict the same way),
 and so do its seeds' difficulties, which the plan, an average over both, cannot know;
 ``--baseline-per-session`` gives each session its own baseline and its own seed set (as if on

@@ -47,7 +47,8 @@ class GateRun:
 
     def settle(self, seed: int, outcomes: Callable[[], Mapping[str, Outcomes]]) -> tuple[list[str], bool]:
         """An episode settled: the lines of the looks it completed (with their chance of
-        deciding), and whether the sequential verdict is now settled with blocks still to run."""
+        deciding), and whether the session should stop: no episode can change the sequential
+        verdict, and episodes are still to run."""
         if not self.sequential:
             return [], False
         looked = len(self.sequential.looks)

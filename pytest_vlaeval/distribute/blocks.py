@@ -3,8 +3,8 @@ the way xdist's ``loadfile`` refines ``loadscope``.
 
 The queues are per (task, block of seeds): a queue of block b+1 is handed out only once every
 episode of block b has been sent, preferably to a worker whose env is already that task, so a
-look sees complete per-seed means; when the gate says the verdict is settled, nothing more is
-sent and the workers shut down after the episodes they hold.
+look sees complete per-seed means; when the gate says no episode can change its verdict, nothing
+more is sent and the workers shut down after the episodes they hold.
 """
 
 from __future__ import annotations

@@ -280,15 +280,16 @@ def budget_table(
 ) -> list[str]:
     """``--vla-gate-plan``: per budget, the chance of a correct verdict in each scenario, and the
     smallest budget reaching ``probability`` in both (at the worse end) under ``profile``.
-    ``design_for(seeds)`` gives the gate's design there; ``baseline_seeds``, how many of the run's
-    first ``PLAN_BUDGETS[-1]`` seeds the baseline pairs (a larger budget needs a baseline of as many)."""
+    ``design_for(seeds)`` gives the gate's design there; ``baseline_seeds``, how many of the first
+    ``PLAN_BUDGETS[-1]`` seeds from the run's start seed the baseline pairs (a larger budget needs a
+    baseline of as many)."""
     labels = [label for label, *_ in _scenarios(design_for(PLAN_BUDGETS[0]), profile)]
     lines = [f"vlaeval gate plan: simulated at {profile.assumed}"]
     short = baseline_seeds is not None and baseline_seeds < PLAN_BUDGETS[-1]
     if short:
         lines.append(
-            f"vlaeval gate plan: the baseline pairs {baseline_seeds} of this run's seeds; "
-            f"the rows above {baseline_seeds} seeds assume a baseline of as many"
+            f"vlaeval gate plan: the baseline pairs {baseline_seeds} of the first {PLAN_BUDGETS[-1]} seeds from this "
+            f"run's start seed; the rows above {baseline_seeds} seeds assume a baseline of as many"
         )
     lines.append("| seeds | method | " + " | ".join(labels) + " |")
     lines.append("| ---: | --- |" + " ---: |" * len(labels))

@@ -1,5 +1,6 @@
 """The sequential gate (``--vla-sequential``): evaluate seeds in blocks, look after each complete
-block, and stop the session as soon as the verdict is settled.
+block, and stop the session as soon as no episode can change the verdict: it is settled, or the
+gate has taken its last look.
 
 Seeds are the unit (``stats``): block b holds seeds ``start + b*B ... start + (b+1)*B - 1`` of
 every task, and every task's block b is handed out before any task's block b+1 (collection
@@ -10,7 +11,7 @@ the method chosen at session start on the baseline's outcomes, ``sequential.drop
 ``--vla-min-sr``, on the per-seed means, the method chosen again at every look on the task SRs
 observed so far, since a min SR says nothing of them):
 FAIL or PASS as soon as they exclude the other side of the threshold, UNDECIDED when the budget
-(``--episodes``) runs out first. As in the fixed comparison, a seed where some task
+runs out first (``--episodes``, or the last seed the baseline pairs, if that comes sooner). As in the fixed comparison, a seed where some task
 has no completed episode (an error) leaves the look, so every per-seed value averages the same
 tasks. Episodes the gate did not need are not errors.
 """
@@ -181,11 +182,13 @@ class SequentialGate:
 
     def start_lines(self) -> list[str]:
         """What to say before any episode runs: when PASS and FAIL are possible, and the chances."""
-        seeds = self.settings.block * (self.last_block + 1)
-        lines = start_lines(self.design(seeds), self.profile(), seeds)
+        lines = start_lines(self._design(self.method), self.profile(), self.seeds)
         if self.short_baseline:
+            stops = (
+                ", and the session stops there" if self.last_block < self.settings.block_of(self.episodes - 1) else ""
+            )
             lines.append(
-                f"{VERDICT_PREFIX}: {self.short_baseline}: the gate judges those, and the session stops there "
+                f"{VERDICT_PREFIX}: {self.short_baseline}: the gate judges those{stops} "
                 f"(a baseline run with --episodes={self.episodes} lets it use them all)"
             )
         return lines
@@ -214,7 +217,7 @@ class SequentialGate:
             look = self._look(self._next_block(), outcomes())
             self.looks.append(look)
             if self.done:
-                return look.block < self.settings.block_of(self.episodes - 1)
+                return any(pending > 0 for block, pending in self.pending.items() if block > look.block)
         return False
 
     @property
@@ -284,11 +287,12 @@ class SequentialGate:
         of a verdict by the budget (from ``MIN_SEEDS`` seeds on: fewer say too little)."""
         low, high = look.interval
         what = "drop" if self.settings.min_sr is None else "split SR"
-        chance = (
-            f"too few seeds yet to judge how likely a verdict is by {self.seeds}"
-            if look.chance is None
-            else f"about {look.chance:.0%} likely to decide by {self.seeds} seeds, judged from the seeds so far"
-        )
+        if look.missing:
+            chance = f"no completed episode of {', '.join(look.missing)} yet, so no seed pairs"
+        elif look.chance is None:
+            chance = f"too few seeds yet to judge how likely a verdict is by {self.seeds}"
+        else:
+            chance = f"about {look.chance:.0%} likely to decide by {self.seeds} seeds, judged from the seeds so far"
         return (
             f"{VERDICT_PREFIX} look {look.block + 1} at {look.seeds} seeds: {what} {look.estimate:+.3f} "
             f"[{low:+.3f}, {high:+.3f}], undecided; {chance}"
@@ -315,7 +319,7 @@ class SequentialResult:
 
     gate: SequentialGate
     saved: int | None = None
-    """Episodes the session scheduled and never ran because the verdict was settled (None: no early stop)."""
+    """Episodes the session scheduled and never ran because no episode could change the verdict (None: no early stop)."""
     resume_command: str | None = None
     """The command that completes the canonical run after an early stop."""
 

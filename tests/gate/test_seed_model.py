@@ -3,10 +3,13 @@ read back from a run's per-seed means."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from pytest_vlaeval.gate import plan, seed_model
+from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.sequential import BETTING, T_TEST, drop_method, method_for, variance_floor
 
 HIGH = np.linspace(0.92, 0.98, 38)
@@ -74,3 +77,20 @@ def test_a_plan_that_cannot_know_the_correlation_says_both_ends() -> None:
     assert unknown.text("spent").startswith(f"correct {unknown.worse[0]:.0%} to {unknown.other[0]:.0%}, spent ")
     known = plan.Chance((0.5, 0.8), (0.55, 0.75))
     assert known.text("budget spent") == "correct 50%, budget spent 0.80"
+
+
+def test_one_task_shows_no_seed_correlation_and_the_plan_says_so() -> None:
+    """A single task's per-seed means are its outcomes, as variable at any correlation: the whole
+    range, whatever its seeds show (an SR of 1 used to read as 0 to 0)."""
+    for outcomes in ({s: True for s in range(50)}, {s: s % 4 != 0 for s in range(50)}):
+        baseline = Baseline(Path("."), {"t0": outcomes})
+        profile = plan.baseline_profile(baseline)
+        assert profile.rhos == (0.0, seed_model.RHOS[-1])
+        assert "seed correlation anywhere in 0 to 0.95 (one task cannot show it)" in profile.assumed
+    assert profile.srs == pytest.approx(((37 + 1) / 52,)), "smoothed over the baseline's own 50 episodes"
+
+
+def test_the_plan_prints_an_end_only_where_the_ends_differ_by_a_tenth() -> None:
+    assert plan.shown_ends(0.5, 0.59) == (0.5,)
+    assert plan.shown_ends(0.5, 0.61) == (0.5, 0.61)
+    assert plan.Chance((0.2, 0.9), (0.7, 0.85)).text("spent") == "correct 20% to 70%, spent 0.90"
