@@ -54,6 +54,7 @@ from pytest_vlaeval.gate.stats import seed_clustered_interval
 from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min_sr_verdict
 
 BLOCK = 5
+"""Seeds per block, the sequential gate's default (``--block``)."""
 TASKS = (1, 2, 3, 10, 38)
 SEEDS = (5, 10, 20, 50)
 RHOS = (0.0, 0.3, 0.6, 0.8)
@@ -103,7 +104,9 @@ def judge(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, ends: list[i
     return verdicts, spent
 
 
-def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, alpha) -> tuple[dict[str, tuple], float]:
+def cell(
+    rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, alpha, block
+) -> tuple[dict[str, tuple], float]:
     """Each method's (wrong, correct, undecided, budget spent) in one cell, and the cell's true drop."""
     rates = profile_rates(rng, profile, tasks)
     drops = task_drops(drop, rates, uneven)
@@ -115,7 +118,7 @@ def cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, al
     threshold = float(rates.mean() - max_drop) if min_sr else max_drop
     true_drop = float(drops.mean())
     regressed = true_drop > max_drop + 1e-12
-    ends = sorted({min(end, seeds) for end in range(BLOCK, seeds + BLOCK, BLOCK)})
+    ends = sorted({min(end, seeds) for end in range(block, seeds + block, block)})
     # What the forced t test assumes, per replication: the realised baseline's task SRs, or the min SR.
     reference = np.full((reps, tasks), min(max(threshold, 0.0), 1.0)) if min_sr else base.mean(axis=2)
     floors = np.array([[variance_floor(list(srs), seeds)] for srs in reference])
@@ -224,7 +227,16 @@ def coverage(rng: np.random.Generator, reps: int, seeds_list, rhos, profiles) ->
 
 
 def plan_check(
-    rng: np.random.Generator, tasks_list, rhos, profiles, seeds: int, md: float, alpha: float, baselines: int, runs: int
+    rng: np.random.Generator,
+    tasks_list,
+    rhos,
+    profiles,
+    seeds: int,
+    md: float,
+    alpha: float,
+    baselines: int,
+    runs: int,
+    block: int = BLOCK,
 ) -> list[dict]:
     """The plan against what happens: per cell, ``baselines`` baselines; from each, the gate's plan
     (as the session prints it: the worse end of the correlation, and the other where they differ)
@@ -239,7 +251,7 @@ def plan_check(
             for _ in range(baselines):
                 (base,), now = plan.outcomes(rng, rates, drops, rho, seeds, runs, shared_baseline=True)
                 baseline = Baseline(Path("."), {f"t{t}": dict(enumerate(row.tolist())) for t, row in enumerate(base)})
-                design = plan.Design(baseline.method(seeds, md), alpha, BLOCK, md)
+                design = plan.Design(baseline.method(seeds, md), alpha, block, md)
                 chance = plan.chance_of_deciding(design, plan.baseline_profile(baseline), seeds)[label]
                 predicted.append((*chance.worse, *chance.other))
                 verdicts, spent = plan.run(base.mean(axis=0) - now.mean(axis=1), design)
@@ -291,6 +303,7 @@ def main() -> None:
     parser.add_argument("--max-drop", type=float, default=0.05)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block", type=int, default=BLOCK, help=f"seeds per block (the gate's --vla-block) [{BLOCK}]")
     parser.add_argument("--json", metavar="FILE", help="write every cell as JSON")
     parser.add_argument("--tasks", type=_numbers, help="only these task counts, e.g. 10,38")
     parser.add_argument("--seeds", type=_numbers, help="only these seed budgets")
@@ -326,7 +339,7 @@ def main() -> None:
             tuple(int(t) for t in args.tasks) if args.tasks else ((10,) if args.smoke else PLAN_TASKS),
             args.rhos or ((0.3,) if args.smoke else PLAN_RHOS),
             args.profiles or (("high",) if args.smoke else PROFILES),
-            seeds, md, alpha, baselines, runs,
+            seeds, md, alpha, baselines, runs, args.block,
         )  # fmt: skip
         optimistic = max(rows, key=lambda r: max(r["plan_correct"] - r["correct"], r["spent"] - r["plan_spent"]))
         pessimistic = max(rows, key=lambda r: r["correct"] - r["plan_correct"])
@@ -353,7 +366,7 @@ def main() -> None:
     ):
         if uneven and tasks < 3:
             continue
-        results, true_drop = cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, md, alpha)
+        results, true_drop = cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, md, alpha, args.block)
         for method, (wrong, correct, undecided, spent) in results.items():
             cells.append(
                 {
@@ -383,7 +396,7 @@ def main() -> None:
             (("U(0,0.9)", 0.9),) if args.smoke else (("U(0,0.9)", 0.9), ("U(0,0.2)", 0.2)),
         )
     )
-    report(cells, coverage_rows, reps, md, alpha, time.perf_counter() - started)
+    report(cells, coverage_rows, reps, md, alpha, args.block, time.perf_counter() - started)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(cells, out, indent=1)
@@ -393,8 +406,10 @@ def _cell_key(c: dict) -> tuple:
     return tuple(c[k] for k in ("tasks", "seeds", "rho", "profile", "drop", "mode"))
 
 
-def report(cells: list[dict], coverage_rows: list[dict], reps: int, md: float, alpha: float, elapsed: float) -> None:
-    print(f"{reps} replications per cell; max drop {md:g}, alpha {alpha:g}, blocks of {BLOCK} seeds; {elapsed:.0f} s")
+def report(
+    cells: list[dict], coverage_rows: list[dict], reps: int, md: float, alpha: float, block: int, elapsed: float
+) -> None:
+    print(f"{reps} replications per cell; max drop {md:g}, alpha {alpha:g}, blocks of {block} seeds; {elapsed:.0f} s")
     print(
         f"rates are shares of replications; s.e. = sqrt(r(1-r)/{reps}); wrong: FAIL at drop <= max drop, PASS above\n"
     )
