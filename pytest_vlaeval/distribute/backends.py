@@ -61,9 +61,10 @@ def _keep_workers_own_packages(python: Path) -> None:
     benchmark interpreter's path: its standard library and its packages."""
     import subprocess
 
+    import xdist.plugin
     import xdist.workermanage
 
-    if not isinstance(getattr(xdist.workermanage, "_sys_path", None), list):
+    if not all(isinstance(getattr(module, "_sys_path", None), list) for module in (xdist.plugin, xdist.workermanage)):
         raise SpecError(
             f"pytest-xdist {xdist.__version__} no longer hands local workers a sys.path this plugin can set; "
             "a benchmark in an interpreter of its own needs pytest-xdist 3.6 to 3.8"
@@ -75,9 +76,9 @@ def _keep_workers_own_packages(python: Path) -> None:
         raise SpecError(f"{python} does not start: {(done.stderr.strip() or 'no output').splitlines()[-1]}")
     own = [entry for entry in json.loads(done.stdout) if entry]
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    users = [
+    users = [  # from xdist's own copy: the one in workermanage may hold an earlier session's rewrite
         entry
-        for entry in xdist.workermanage._sys_path
+        for entry in xdist.plugin._sys_path
         if entry and not any(os.path.realpath(entry).startswith(prefix + os.sep) for prefix in prefixes)
     ]
     xdist.workermanage._sys_path = list(dict.fromkeys([*users, *own]))

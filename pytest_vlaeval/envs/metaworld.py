@@ -82,7 +82,7 @@ class MetaWorldEnv(MaxReward, Adapter):
         raw, reward, done, truncated, info = self.env.step(action)
         success = bool(info.get("success", 0))
         reward = self.saw_reward(reward)
-        info = {**info, "success": success, "is_success": success, "language_instruction": self.instruction}
+        info = {**info, "success": success, "language_instruction": self.instruction}
         return self.observation(raw), reward, bool(done) or success, bool(truncated), info
 
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:

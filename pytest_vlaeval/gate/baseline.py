@@ -54,7 +54,7 @@ class Baseline:
 
     def paired_seeds(self, seeds: Sequence[int]) -> list[int]:
         """Those of ``seeds`` the baseline has on every compared task: the only ones the gate can pair."""
-        return sorted(set.intersection(*(set(o) & set(seeds) for o in self.outcomes.values())))
+        return sorted(set(seeds).intersection(*self.outcomes.values()))
 
     def method(self, seeds: int, max_drop: float) -> Method:
         """The gate's method against this baseline at a budget of ``seeds`` (``sequential.drop_method``)."""
@@ -85,15 +85,15 @@ def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int])
         raise SpecError(
             f"{where}: no selected task has a completed episode there ({has}; this run needs {_names(env_ids)})"
         )
-    wanted = set(seeds)
-    common = set.intersection(*(set(o) & wanted for o in outcomes.values()))
-    if not common:
+    baseline = Baseline(directory, outcomes, tuple(missing), tuple(all_errors))
+    if not baseline.paired_seeds(seeds):
         theirs = sorted(set().union(*(set(o) for o in outcomes.values())))
         raise SpecError(
             f"{where}: no seed of this run is in the baseline for every compared task, so nothing can be paired "
-            f"(it has seeds {_span(theirs)}, this run needs {_span(sorted(wanted))}; see --vla-start-seed and --episodes)"
+            f"(it has seeds {_span(theirs)}, this run needs {_span(sorted(set(seeds)))}; see --vla-start-seed and "
+            "--episodes)"
         )
-    return Baseline(directory, outcomes, tuple(missing), tuple(all_errors))
+    return baseline
 
 
 def _task_outcomes(file: Path, env_id: str) -> dict[int, bool]:

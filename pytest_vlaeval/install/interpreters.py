@@ -25,6 +25,9 @@ INTERPRETER_DIR_ENV = "VLAEVAL_INTERPRETER_DIR"
 HARNESS = ("pytest", "pytest-xdist", "execnet")
 """Distributions a worker shares with its controller, at the controller's versions: the worker
 speaks xdist's protocol over execnet, so the two ends must be the same code."""
+NOT_PLUGINS = frozenset({"pytest-vlaeval", *HARNESS})
+"""Distributions with ``pytest11`` entry points that the plugin pins and checks apart: this package
+(installed from its source tree) and the harness (pinned by name)."""
 
 
 def interpreters_root() -> Path:
@@ -112,7 +115,7 @@ def pytest_plugins() -> dict[str, str]:
     for distribution in importlib.metadata.distributions():
         name = distribution.metadata["Name"]
         plugin = any(entry.group == "pytest11" for entry in distribution.entry_points)
-        if name and plugin and _normalized(name) not in {"pytest-vlaeval", *HARNESS}:
+        if name and plugin and _normalized(name) not in NOT_PLUGINS:
             found.setdefault(_normalized(name), distribution.version)
     return dict(sorted(found.items()))
 
@@ -122,12 +125,11 @@ def missing_plugins(installed: InstalledIn, loaded: list[tuple[str, str]]) -> li
     version) that the interpreter (its distributions: ``installed``) lacks at that version: the
     plugin's worker half would be missing (pytest-metadata's controller then fails on every
     worker's end)."""
-    skipped = {"pytest-vlaeval", *HARNESS}
     return sorted(
         {
             f"{name} {version}"
             for name, version in loaded
-            if _normalized(name) not in skipped and installed(name) != version
+            if _normalized(name) not in NOT_PLUGINS and installed(name) != version
         }
     )
 

@@ -195,3 +195,24 @@ def test_video_without_opencv_is_refused_before_any_episode(
     monkeypatch.setitem(sys.modules, "cv2", None)
     result = fake.runpytest(*SHORT, "--vla-video=failed")
     assert_one_line_usage_error(result, "pip install 'pytest-vlaeval[video]'")
+
+
+def test_the_plugin_check_names_each_loaded_plugin_the_interpreter_lacks_or_holds_at_another_version(
+    tmp_path: Path,
+) -> None:
+    """The session's pytest plugins must be in a benchmark's interpreter at their versions (a
+    plugin's worker half missing there breaks every worker's end); this package and the harness
+    are pinned apart and never reported."""
+    from pytest_vlaeval.install.interpreters import InstalledIn, missing_plugins, pytest_plugins
+
+    for name, version in (("pytest_foo", "1.0"), ("pytest-bar", "2.0")):
+        info = tmp_path / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    installed = InstalledIn([tmp_path])
+    loaded = [("pytest-foo", "1.0"), ("pytest-bar", "2.1"), ("pytest-baz", "0.3"), ("pytest-xdist", "0.0")]
+    loaded.append(("pytest_vlaeval", "0.0"))
+    assert missing_plugins(installed, loaded) == ["pytest-bar 2.1", "pytest-baz 0.3"]
+    plugins = pytest_plugins()
+    assert "pytest-xdist" not in plugins and "pytest-vlaeval" not in plugins, plugins
+    assert plugins == {n: importlib.metadata.version(n) for n in plugins}, "each at this env's version"
