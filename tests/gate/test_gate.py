@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from helpers import ROOT, TESTS, assert_one_line_usage_error, read_json, run_dir
 
+from pytest_vlaeval.gate.plan import shown_ends
 from pytest_vlaeval.gate.sequential import BETTING, T_TEST, betting_bounds, method_for
 from pytest_vlaeval.gate.stats import (
     mcnemar_exact,
@@ -621,6 +622,15 @@ def test_the_plan_check_puts_the_plan_beside_what_happens(tmp_path: Path) -> Non
     assert all(0 <= r[k] <= 1 for r in rows for k in figures)
     within = sum(r["within"] for r in rows)
     assert f"{within} of 2 cells within 0.1 of the plan" in done.stdout
+    for r in rows:  # within 0.1 of what the session prints: its one number, or its range
+        figures_within = [
+            min(ends) - 0.1 <= seen <= max(ends) + 0.1
+            for ends, seen in (
+                (shown_ends(r["plan_correct"], r["plan_correct_other"]), r["correct"]),
+                (shown_ends(r["plan_spent"], r["plan_spent_other"]), r["spent"]),
+            )
+        ]
+        assert r["within"] == all(figures_within), r
     assert "most optimistic worse end:" in done.stdout and "most pessimistic worse end:" in done.stdout
 
 
