@@ -14,6 +14,7 @@ the same run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
@@ -25,6 +26,10 @@ SERVED_URL_KEY = "vla_served_url"
 """xdist ``workerinput`` key: the address of the session's own server (``--vla-serve``)."""
 _INTEGER_OPTIONS = ("chunk_size", "server_pid")
 _TEXT_OPTIONS = ("identity",)
+MAX_WAIT_S = 86_400
+"""The longest ``timeout`` or ``connect_timeout``: a day is already no bound a person waits out."""
+_MAX_VALUES = {"timeout": MAX_WAIT_S, "connect_timeout": MAX_WAIT_S, "chunk_size": 2**31 - 1, "server_pid": 2**31 - 1}
+"""Each numeric option's largest value, so every option is a finite number the client can wait or count with."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +63,11 @@ def parse_remote_spec(spec: str) -> RemoteSpec:
     """Parse and check a remote policy spec; raises ``SpecError`` saying what is wrong."""
     *others, last = (transport.address for transport in TRANSPORTS)
     usage = f"--policy {spec!r}: expected {', '.join(others)} or {last}"
-    parts = urlsplit(spec)
     try:
+        parts = urlsplit(spec)
         port = parts.port
-    except ValueError:
-        port = None
+    except ValueError:  # a bad port, or an address urllib cannot split (an unclosed "[")
+        raise SpecError(usage) from None
     if parts.scheme not in BY_SCHEME or not parts.hostname or port is None or parts.path not in ("", "/"):
         raise SpecError(usage)
     options: dict[str, float] = {}
@@ -76,12 +81,7 @@ def parse_remote_spec(spec: str) -> RemoteSpec:
                 raise SpecError(f"{usage}; option {name} must not be empty")
             named = text
             continue
-        try:
-            options[name] = float(text)
-        except ValueError:
-            options[name] = -1.0
-        if options[name] <= 0 or (name in _INTEGER_OPTIONS and not options[name].is_integer()):
-            raise SpecError(f"{usage}; option {name} must be a positive number, got {text!r}")
+        options[name] = _number(usage, name, text)
     chunk_size = options.pop("chunk_size", None)
     server_pid = options.pop("server_pid", None)
     return RemoteSpec(
@@ -95,6 +95,19 @@ def parse_remote_spec(spec: str) -> RemoteSpec:
         text=spec,
         named=named,
     )
+
+
+def _number(usage: str, name: str, text: str) -> float:
+    """A numeric option's value: finite, positive, at most its ``_MAX_VALUES`` bound, whole where it counts."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    whole = name in _INTEGER_OPTIONS
+    if not 0 < value <= _MAX_VALUES[name] or (whole and not value.is_integer()):  # NaN compares false: refused too
+        kind = "whole number" if whole else "number"
+        raise SpecError(f"{usage}; option {name} must be a positive {kind} up to {_MAX_VALUES[name]}, got {text!r}")
+    return value
 
 
 def served_url(url: str, pid: int) -> str:

@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import resource
+import select
 import socket
 import threading
 import time
@@ -28,7 +30,7 @@ import pytest
 from openpi_client import msgpack_numpy
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from pytest_vlaeval.errors import PolicyError, ServerError
@@ -39,7 +41,7 @@ from pytest_vlaeval.serving.client.connect import connect_policy
 from pytest_vlaeval.serving.client.policies import RemotePolicy, RemoteTraceback
 from pytest_vlaeval.serving.server import table as server_module
 from pytest_vlaeval.serving.server.launcher import ServerProcess, ServerStartError
-from pytest_vlaeval.serving.server.policy_server import PolicyServer, ServerConfig
+from pytest_vlaeval.serving.server.policy_server import SOCKETS_PER_CONNECTION, PolicyServer, ServerConfig
 from pytest_vlaeval.serving.url import TOKEN_ENV, parse_remote_spec
 from pytest_vlaeval.serving.wire import vlaeval as protocol
 
@@ -67,8 +69,13 @@ def echo(history: list[float]) -> np.ndarray:
     return np.array([[len(history), sum(history), history[0], history[-1], 0, 0, 0]] * 2, np.float32)
 
 
+def client_id(episode: Any) -> str:
+    """The id a client gave the episode the policy sees: the server scopes ids to their connection."""
+    return episode.id.rpartition("@")[0]
+
+
 class Recorder:
-    """Class-level call log shared with the server thread; cleared before every test."""
+    """Class-level call log shared with the server thread; cleared before every test (episodes by client id)."""
 
     batches: ClassVar[list[list[str]]] = []
     closed: ClassVar[list[str]] = []
@@ -96,7 +103,7 @@ class BatchedEchoMemory(EchoMemory):
         episode.state["history"] = []
 
     def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> np.ndarray:
-        Recorder.batches.append([e.id for e in episodes])
+        Recorder.batches.append([client_id(e) for e in episodes])
         if any(o["instruction"] == "wait" for o in observations):
             Recorder.entered.set()
             Recorder.release.wait(WAIT_S)
@@ -107,7 +114,7 @@ class BatchedEchoMemory(EchoMemory):
         return np.stack(rows)
 
     def close_episode(self, episode: Any) -> None:
-        Recorder.closed.append(episode.id)
+        Recorder.closed.append(client_id(episode))
 
 
 class SeededNoise:
@@ -122,7 +129,7 @@ class SeededNoise:
         return self.rng.uniform(-1, 1, (3, 7))
 
     def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> list[np.ndarray]:
-        Recorder.batches.append([e.id for e in episodes])
+        Recorder.batches.append([client_id(e) for e in episodes])
         return [e.rng.uniform(-1, 1, (3, 7)) for e in episodes]
 
 
@@ -140,7 +147,7 @@ class Faulty:
         return np.zeros(7)
 
     def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> np.ndarray:
-        Recorder.batches.append([e.id for e in episodes])
+        Recorder.batches.append([client_id(e) for e in episodes])
         if any(o["instruction"] == "poison" for o in observations):
             raise RuntimeError("poisoned observation")
         return np.array([[[np.nan if o["instruction"] == "nan" else 0.0] * 7] for o in observations])
@@ -161,7 +168,7 @@ class BadRowForOneTask(Faulty):
     """Batched: a usable chunk for every row except the one asking for ``bad output``."""
 
     def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> list[Any]:
-        Recorder.batches.append([e.id for e in episodes])
+        Recorder.batches.append([client_id(e) for e in episodes])
         return [Unconvertible() if o["instruction"] == "bad output" else np.zeros((1, 7)) for o in observations]
 
 
@@ -522,6 +529,63 @@ def test_token_auth(start_server, monkeypatch: pytest.MonkeyPatch) -> None:
     assert openpi.get_server_metadata()["protocol"] == "vlaeval", "openpi's Api-Key header is accepted too"
 
 
+def test_two_authorization_headers_are_a_bad_request_not_a_server_fault(start_server) -> None:
+    server = start_server("random", token="s3cret")
+    both = [("Authorization", "Bearer s3cret"), ("Authorization", "Bearer wrong")]
+    with pytest.raises(InvalidStatus) as refused:
+        connect(server.url, additional_headers=both, compression=None, proxy=None, open_timeout=WAIT_S)
+    assert (refused.value.response.status_code, refused.value.response.body) == (
+        400,
+        b"more than one Authorization header\n",
+    )
+    with connect(server.url, additional_headers=both[:1], compression=None, proxy=None, open_timeout=WAIT_S) as ws:
+        assert protocol.unpack(ws.recv(WAIT_S))["type"] == "metadata", "one header is fine"
+
+
+def test_an_episode_id_is_its_connections_own_and_reveals_nothing_of_another(start_server) -> None:
+    server = start_server("test_serving:BatchedEchoMemory")
+    info = episode(1).to_dict()
+    with raw(server.url) as mine, raw(server.url) as theirs:
+        assert ask(theirs, {"type": "open", "episode": "e1", **info})["type"] == "opened"
+        assert ask(mine, {"type": "open", "episode": "e1", **info})["type"] == "opened", "nobody else's e1 shows"
+        for ws, marker in ((mine, 5), (theirs, 7)):
+            reply = ask(ws, {"type": "act", "episode": "e1", "step": 0, "obs": marker_obs(marker)})
+            assert reply["actions"][0, :3].tolist() == [1, marker, marker], "each e1 has its own memory"
+        assert ask(mine, {"type": "close", "episode": "e1"})["type"] == "closed"
+        reply = ask(theirs, {"type": "act", "episode": "e1", "step": 1, "obs": marker_obs(8)})
+        assert reply["actions"][0, :3].tolist() == [2, 15, 7], "closing mine left theirs open"
+        reply = ask(mine, {"type": "act", "episode": "e1", "step": 1, "obs": marker_obs(8)})
+        assert (reply["code"], reply["message"]) == (
+            protocol.UNKNOWN_EPISODE,
+            "episode e1 is not open on this connection",
+        )
+
+
+def test_sockets_that_never_finish_their_handshake_are_bounded(start_server) -> None:
+    server = start_server("random", max_connections=2)
+    bound = SOCKETS_PER_CONNECTION * 2
+    silent = [socket.create_connection(("127.0.0.1", server.server.port), timeout=WAIT_S) for _ in range(bound + 8)]
+    closed: set[socket.socket] = set()
+    try:
+        deadline = time.monotonic() + 5.0  # well before the 10 s handshake timeout would close them
+        while len(closed) < 8 and time.monotonic() < deadline:
+            readable, _, _ = select.select([s for s in silent if s not in closed], [], [], 0.1)
+            for sock in readable:
+                with contextlib.suppress(ConnectionResetError):
+                    if sock.recv(1):
+                        continue
+                closed.add(sock)
+        assert len(closed) == 8, f"{len(closed)} of the 8 sockets past the bound were closed at once"
+        assert server.wait_for(lambda stats: stats["open_sockets"] == bound)["open_connections"] == 0
+    finally:
+        for sock in silent:
+            sock.close()
+    server.wait_for(lambda stats: stats["open_sockets"] == 0)
+    policy = client(server.url)
+    policy.reset(episode(1))
+    assert policy.act(marker_obs(1)).shape == (1, 7)
+
+
 # -- admission, idle episodes, health ---------------------------------------------------------
 
 
@@ -597,7 +661,7 @@ def test_idle_episodes_are_closed_and_their_state_freed(start_server, caplog: py
     # The state is freed on the policy thread, just after the episode leaves the books.
     server.wait_for(lambda stats: stats["reaped_episodes"] == 1 and policy._episode in Recorder.closed)
     assert server.stats()["open_episodes"] == 0
-    assert f"closed episode {policy._episode} (Task-v0 seed 5) after" in caplog.text
+    assert re.search(rf"closed episode {policy._episode}@\d+ \(Task-v0 seed 5\) after", caplog.text), caplog.text
     with pytest.raises(ServerError, match=r"was closed by the server after 0.2 s without a request"):
         policy.act(marker_obs(1))
 

@@ -1,14 +1,27 @@
-"""The serving wire format and remote specs, without a network: encoding, validation, interop."""
+"""The serving wire format and remote specs, without a network: encoding, validation, interop, and any
+frame fed to each protocol's handler in-process."""
 
 from __future__ import annotations
+
+import asyncio
+import io
+from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openpi_client import msgpack_numpy
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.serving.url import RemoteSpec, parse_remote_spec
+from pytest_vlaeval.policy import EpisodeInfo
+from pytest_vlaeval.policy.loading import parse_local_policy
+from pytest_vlaeval.serving.server import vla_eval_handler, vlaeval_handler
+from pytest_vlaeval.serving.server.connection import Connection, ServerConfig
+from pytest_vlaeval.serving.server.policy_server import PolicyServer
+from pytest_vlaeval.serving.url import MAX_WAIT_S, RemoteSpec, parse_remote_spec
+from pytest_vlaeval.serving.wire import vla_eval as vla_eval_wire
 from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 
@@ -94,11 +107,58 @@ def test_remote_specs() -> None:
         ("ws://host", "expected ws://HOST:PORT"),
         ("ws://host:1/path", "expected ws://HOST:PORT"),
         ("ws://host:1?chunk_size=4", "unknown option 'chunk_size'"),
-        ("openpi://host:1?chunk_size=2.5", "chunk_size must be a positive number"),
+        ("openpi://host:1?chunk_size=2.5", "chunk_size must be a positive whole number"),
         ("ws://host:1?timeout=-1", "timeout must be a positive number"),
     ]:
         with pytest.raises(SpecError, match=reason):
             parse_remote_spec(bad)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("connect_timeout", "inf"),
+        ("connect_timeout", "1e308"),
+        ("connect_timeout", "nan"),
+        ("timeout", "nan"),
+        ("timeout", "-inf"),
+        ("timeout", "86401"),
+        ("server_pid", "1e308"),
+    ],
+)
+def test_an_option_must_be_finite_positive_and_bounded(option: str, value: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_remote_spec(f"ws://127.0.0.1:1?{option}={value}")
+    message = str(refused.value)
+    assert f"option {option} must be a positive" in message and f"got {value!r}" in message
+    assert "\n" not in message
+    assert parse_remote_spec(f"ws://127.0.0.1:1?{option}=86400").url == "ws://127.0.0.1:1", "the bound itself is fine"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(),
+        st.builds(
+            "".join,
+            st.lists(
+                st.sampled_from(["ws://", "openpi://", "vla-eval://", "[", "]", "::1", "host", ":", "8000", "?", "&"])
+                | st.sampled_from(["timeout=", "connect_timeout=", "chunk_size=", "server_pid=", "identity=", "/"])
+                | st.sampled_from(["nan", "inf", "-1", "0", "1e308", "2.5", "%", "#", "@", " "])
+                | st.text(max_size=4)
+            ),
+        ),
+    )
+)
+def test_any_string_as_a_policy_address_is_one_line_or_an_address(spec: str) -> None:
+    try:
+        remote = parse_remote_spec(spec)
+    except SpecError as exc:
+        assert str(exc).startswith(f"--policy {spec!r}: expected ") and "\n" not in str(exc)
+    else:
+        assert remote.scheme in ("ws", "openpi", "vla-eval") and 0 <= remote.port <= 65535
+        for wait in (remote.timeout_s, remote.connect_timeout_s):
+            assert 0 < wait <= MAX_WAIT_S, "every wait is finite and bounded"
 
 
 @pytest.mark.parametrize("address", ["ws://127.0.0.1:8000", "openpi://127.0.0.1:8000", "vla-eval://127.0.0.1:8000"])
@@ -118,3 +178,165 @@ def test_a_remote_spec_names_the_run_by_its_identity_option_else_by_itself() -> 
     assert parse_remote_spec("ws://127.0.0.1:8001?identity=mymodel-v3").identity == spec.identity
     with pytest.raises(SpecError, match="option identity must not be empty"):
         parse_remote_spec("ws://host:1?identity=")
+
+
+# -- any bytes as a served frame, at the handler seam -----------------------------------------
+
+
+class RecordingSocket:
+    """What a handler sees of a websocket: it sends replies here."""
+
+    remote_address = ("127.0.0.1", 0)
+
+    def __init__(self) -> None:
+        self.sent: list[bytes | str] = []
+
+    async def send(self, frame: bytes | str) -> None:
+        self.sent.append(frame)
+
+
+class InProcessServer:
+    """A loaded ``PolicyServer`` whose handler is fed frames directly, on an event loop of this test."""
+
+    def __init__(self, protocol_name: str) -> None:
+        config = ServerConfig(port=0, protocol=protocol_name, max_episodes=2, admission_timeout_s=0.01)
+        self.server = PolicyServer(parse_local_policy("random"), config)
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self.server.start())
+        self.loop.run_until_complete(self.server.load())
+
+    def feed(self, frames: list[bytes]) -> list[bytes | str]:
+        """Every frame through the handler on one fresh connection, which then closes; the replies."""
+        connection = Connection(ws=RecordingSocket())  # type: ignore[arg-type]
+
+        async def serve() -> None:
+            if self.server.config.protocol == "vla-eval":
+                session = vla_eval_handler._HarnessSession(self.server, connection)
+                for frame in frames:
+                    await session.handle(frame)
+            else:
+                for frame in frames:
+                    await vlaeval_handler._frame(self.server, connection, frame)
+                    await asyncio.gather(*connection.tasks)
+            for entry in list(connection.episodes.values()):
+                self.server.table.close(entry, None)
+
+        self.loop.run_until_complete(serve())
+        return connection.ws.sent  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.server.stop())
+        self.server.join_policy_thread()
+        self.loop.close()
+
+
+def _png(side: int) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.binary(max_size=16)
+)
+_ARRAYS = st.fixed_dictionaries(
+    {"__ndarray__": st.just(True), "data": st.binary(max_size=32), "dtype": st.sampled_from(["|u1", "<f4", "|O", "x"])},
+    optional={"shape": st.lists(st.integers(-1, 8), max_size=3)},
+)
+_IMAGES = st.fixed_dictionaries(
+    {
+        "__image__": st.just(True),
+        "format": st.sampled_from(["png", "jpeg", "raw", "gif"]),
+        "data": st.sampled_from([_png(4), _png(600)]) | st.binary(max_size=64),
+    }
+)
+_VALUES = st.recursive(
+    _SCALARS | _ARRAYS | _IMAGES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=10,
+)
+_TASKS = st.fixed_dictionaries(
+    {},
+    optional={
+        name: st.integers(-(2**63), 2**64 - 1) | _VALUES
+        for name in ("env_id", "name", "seed", "instruction", "task_description", "episode_idx", "max_steps")
+    },
+)
+_REQUESTS = st.fixed_dictionaries(
+    {"type": st.sampled_from(["open", "act", "close"]) | _VALUES},
+    optional={
+        name: st.integers(-(2**63), 2**64 - 1) | _VALUES
+        for name in ("episode", "task", "seed", "instruction", "episode_index", "max_steps", "step", "obs")
+    },
+)
+"""Frames of this package's protocol: its requests' fields, any values."""
+_HARNESS_FRAMES = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(["hello", "episode_start", "observation", "episode_end", "error", "action"]) | _VALUES,
+        "payload": st.fixed_dictionaries(
+            {},
+            optional={
+                "task": _TASKS | _VALUES,
+                "images": st.dictionaries(st.text(max_size=6), _IMAGES | _ARRAYS | _VALUES, max_size=3) | _VALUES,
+                "state": _ARRAYS | _VALUES,
+                "protocol_version": st.just(1) | _VALUES,
+            },
+        ),
+        "seq": st.integers(0, 2**31) | st.none(),
+    },
+)
+"""Frames of vla-eval's protocol: its messages' payloads, any values."""
+
+
+def _frames(messages: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[list[bytes | str]]:
+    return st.lists(st.binary(max_size=64) | st.text(max_size=8) | messages.map(msgpack.packb), min_size=1, max_size=4)
+
+
+@pytest.mark.parametrize("protocol_name", ["vlaeval", "vla-eval"])
+def test_any_frame_gets_an_error_reply_or_a_result_and_the_server_serves_on(protocol_name: str) -> None:
+    served = InProcessServer(protocol_name)
+    try:
+
+        @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(_frames(_HARNESS_FRAMES if protocol_name == "vla-eval" else _REQUESTS))
+        def feed(frames: list[bytes | str]) -> None:
+            replies = served.feed(frames)
+            if protocol_name == "vlaeval":
+                assert len(replies) == len(frames), "every request gets one reply"
+            else:  # episode_start, episode_end and error frames are answered only when they fail
+                assert len(replies) <= len(frames), "one reply at most per frame"
+            for reply in replies:
+                if protocol_name == "vla-eval":
+                    kind, payload, _ = vla_eval_wire.unpack_frame(reply, 2**20)
+                    assert kind != "error" or not payload["error"].startswith("server_error"), payload
+                else:
+                    message = protocol.unpack(reply)
+                    assert message.get("code") != protocol.SERVER, message
+
+        feed()
+        stats = served.server.stats()
+        assert (stats["open_episodes"], stats["waiting_opens"]) == (0, 0), "every slot came back"
+        info = EpisodeInfo(task="Task-v0", seed=1, instruction="go", episode_index=0, max_steps=5).to_dict()
+        if protocol_name == "vla-eval":
+            obs = {"images": {"base_camera": np.zeros((4, 4, 3), np.uint8)}, "state": np.zeros(7, np.float32)}
+            frames = [vla_eval_wire.pack_frame("episode_start", {"task": info}, 1)]
+            frames.append(vla_eval_wire.pack_frame("observation", obs, 2))
+            (reply,) = served.feed(frames)
+            assert vla_eval_wire.unpack_frame(reply, 2**20)[0] == "action"
+        else:
+            opened, acted = served.feed(
+                [
+                    protocol.pack({"type": "open", "episode": "e", **info}),
+                    protocol.pack({"type": "act", "episode": "e", "step": 0, "obs": {}}),
+                ]
+            )
+            assert (protocol.unpack(opened)["type"], protocol.unpack(acted)["type"]) == ("opened", "actions")
+    finally:
+        served.close()

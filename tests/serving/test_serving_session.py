@@ -173,6 +173,10 @@ def test_an_unreachable_server_makes_every_episode_an_error(fake: pytest.Pyteste
         ),
         (["--vla-serve=random", "--policy=zero"], "--vla-serve serves the policy it names; it does not combine"),
         (["--vla-serve=no_such_module:make"], "module 'no_such_module' is not importable"),
+        (
+            ["--policy=ws://127.0.0.1:1?connect_timeout=nan"],
+            "option connect_timeout must be a positive number up to 86400, got 'nan'",
+        ),
     ],
 )
 def test_bad_serving_options_are_one_clear_line(fake: pytest.Pytester, args: list[str], expected: str) -> None:

@@ -43,7 +43,7 @@ def test_admission_is_limited_and_a_closed_episode_frees_its_slot() -> None:
         episodes.close(entry, None)  # idempotent
         assert released == [entry.episode]
         await episodes.admit(second, "b", info(2), reset)
-        assert list(episodes.episodes) == ["b"] and list(second.episodes) == ["b"]
+        assert [entry.id for entry in episodes.episodes.values()] == ["b"] and list(second.episodes) == ["b"]
 
     asyncio.run(scenario())
 
@@ -78,5 +78,26 @@ def test_idle_episodes_are_reaped_and_remembered() -> None:
             episodes.find(connection, "a")
         with pytest.raises(Refused, match="episode b is not open on this connection"):
             episodes.find(connection, "b")
+
+    asyncio.run(scenario())
+
+
+def test_episode_ids_are_each_connections_own_and_reveal_nothing_of_another() -> None:
+    async def scenario() -> None:
+        episodes, _ = table(idle_timeout_s=1.0)
+        mine, theirs = Connection(ws=None), Connection(ws=None)  # type: ignore[arg-type]
+        held = await episodes.admit(theirs, "e", info(1), reset)
+        own = await episodes.admit(mine, "e", info(2), reset)  # another connection's "e" is no business of mine
+        assert own.episode.id != held.episode.id, "the policy tells the two apart"
+        with pytest.raises(Refused, match=r"^episode e is already open$"):
+            await episodes.admit(mine, "e", info(3), reset)
+        episodes.reap(held.last_active + 2.0)  # both idle: both closed, each on its own connection
+        for connection in (mine, theirs):
+            with pytest.raises(Refused, match="episode e was closed by the server after 1 s"):
+                episodes.find(connection, "e")
+        late = await episodes.admit(theirs, "f", info(4), reset)
+        episodes.reap(late.last_active + 2.0)
+        with pytest.raises(Refused, match=r"^episode f is not open on this connection$"):
+            episodes.find(mine, "f")  # not "closed by the server": that was another connection's "f"
 
     asyncio.run(scenario())

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -18,19 +20,22 @@ import numpy as np
 import pytest
 from anyio.from_thread import start_blocking_portal
 from helpers import TESTS, episode_records
+from PIL import Image
 from spy_policies import EpisodeMemory
 from vla_eval.connection import Connection
 from vla_eval.model_servers.predict import PredictModelServer
 from vla_eval.model_servers.serve import serve_async
+from websockets.sync.client import ClientConnection, connect
 
 from pytest_vlaeval.envs.adapter import Adapter
 from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy import EpisodeInfo
 from pytest_vlaeval.policy.loading import build_policy, parse_local_policy, parse_policy
+from pytest_vlaeval.serving.server import vla_eval_handler
 from pytest_vlaeval.serving.server.policy_server import ServerConfig
 from pytest_vlaeval.serving.server.thread import ServerThread
-from pytest_vlaeval.serving.wire.vla_eval import from_wire_observation
+from pytest_vlaeval.serving.wire.vla_eval import from_wire_observation, pack_frame, unpack_frame
 
 FAKE = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "-rA"]
 OPTIONS = "timeout=60&connect_timeout=5"
@@ -319,6 +324,82 @@ def test_vla_evals_client_with_a_token_and_a_failing_policy() -> None:
         pytest.raises(RuntimeError, match="observation_failed: no episode_start on this connection"),
     ):
         anyio.run(observation_without_episode, url)
+
+
+class Harness:
+    """A bare vla-eval harness connection: one frame out, its reply (if any) back."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.seq = 0
+
+    def send(self, kind: str, payload: dict[str, Any]) -> int:
+        self.seq += 1
+        self.ws.send(pack_frame(kind, payload, self.seq))
+        return self.seq
+
+    def ask(self, kind: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        seq = self.send(kind, payload)
+        reply_kind, reply, reply_seq = unpack_frame(self.ws.recv(30), 2**20)
+        assert reply_seq == seq, (reply_kind, reply)
+        return reply_kind, reply
+
+
+def vla_eval_server(**config: Any) -> ServerThread:
+    return ServerThread(parse_local_policy("zero"), ServerConfig(port=0, protocol="vla-eval", **config))
+
+
+def test_a_bad_episode_start_gets_an_error_reply_and_the_connection_goes_on() -> None:
+    task = {"name": "Alpha-v0", "seed": 3, "instruction": "touch the cube"}
+    with vla_eval_server() as url, connect(url, compression=None, proxy=None) as ws:
+        harness = Harness(ws)
+        for fields, reason in [
+            ({"seed": -5}, "'episode_start' needs 'seed' as an int in [0, 2**64), got -5"),
+            ({"seed": "5"}, "'episode_start' needs 'seed' as int, got str"),
+            ({"max_steps": 0}, "'episode_start' needs 'max_steps' as an int >= 1, got 0"),
+            ({"episode_idx": -1}, "'episode_start' needs 'episode_index' as an int >= 0, got -1"),
+        ]:
+            assert harness.ask("episode_start", {"task": {**task, **fields}}) == (
+                "error",
+                {"error": f"episode_start_failed: {reason}"},
+            )
+        harness.send("episode_start", {"task": task})
+        kind, reply = harness.ask("observation", harness_observation(3, 0))
+        assert kind == "action" and np.array_equal(reply["actions"], np.zeros(7, np.float32))
+
+
+def black_png(side: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((side, side), np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_images_that_would_decode_past_the_budget_are_refused_before_decoding_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    decoded_on: list[str] = []
+
+    def spy(frame: bytes | str, max_frame_bytes: int) -> Any:
+        decoded_on.append(threading.current_thread().name)
+        return unpack_frame(frame, max_frame_bytes)
+
+    monkeypatch.setattr(vla_eval_handler.wire, "unpack_frame", spy)
+    bomb = {"__image__": True, "format": "png", "data": black_png(2000), "shape": [2000, 2000, 1]}
+    assert len(bomb["data"]) < 8 * 2**10, "a few KB that declare 4 MB"
+    with (
+        vla_eval_server(max_message_bytes=64 * 2**10) as url,  # images may decode to 512 KiB a frame
+        connect(url, compression=None, proxy=None) as ws,
+    ):
+        harness = Harness(ws)
+        harness.send("episode_start", {"task": {"name": "Alpha-v0", "seed": 3}})
+        kind, reply = harness.ask("observation", {"images": {"base": bomb}, "state": np.zeros(7, np.float32)})
+        assert kind == "error" and reply["error"].startswith(
+            "bad_request: the images of this frame would decode to more than 524,288 bytes "
+            "(8 x the largest frame accepted): one of 4,000,000 bytes"
+        ), reply
+        kind, reply = harness.ask("observation", harness_observation(3, 0))  # PNG-free, and within the budget
+        assert kind == "action", reply
+    assert decoded_on and all(name.startswith("vlaeval-decode") for name in decoded_on), decoded_on
 
 
 def test_the_serve_command_speaks_vla_eval(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving.client.policies import _RemoteBase
+from pytest_vlaeval.serving.client.policies import MAX_REPLY_BYTES, _RemoteBase
 from pytest_vlaeval.serving.url import RemoteSpec
 from pytest_vlaeval.serving.wire import vla_eval as wire
 from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
@@ -108,7 +108,7 @@ class VlaEvalPolicy(_RemoteBase):
     def _connect(self) -> dict[str, Any]:
         hello = wire.hello_payload(f"pytest-vlaeval {__version__}", benchmark=self.benchmark)
         try:
-            kind, payload, _ = wire.unpack_frame(self.link.connect(self._frame("hello", hello)))
+            kind, payload, _ = wire.unpack_frame(self.link.connect(self._frame("hello", hello)), MAX_REPLY_BYTES)
         except ProtocolError as exc:
             self._drop()
             raise ServerError(
@@ -143,7 +143,7 @@ class VlaEvalPolicy(_RemoteBase):
 
     def _parse(self, frame: bytes | str) -> tuple[str, dict[str, Any], int]:
         try:
-            return wire.unpack_frame(frame)
+            return wire.unpack_frame(frame, MAX_REPLY_BYTES)
         except ProtocolError as exc:
             self._drop()
             raise ServerError(f"bad reply from {self.remote.url}: {exc}") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,12 +43,18 @@ class Refused(Exception):
         self.code = code
 
 
+_SERIALS = itertools.count(1)
+
+
 @dataclass(eq=False)
 class Connection:
     ws: ServerConnection
     episodes: dict[str, OpenEpisode] = field(default_factory=dict)
+    """Its open episodes by the ids its client gave them: ids are the connection's own."""
     opening: int = 0
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    serial: int = field(default_factory=lambda: next(_SERIALS))
+    """Unique in the process: with it, a client's episode id becomes a server-wide one."""
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -61,7 +68,16 @@ class Connection:
 
 @dataclass(eq=False)
 class OpenEpisode:
+    id: str
+    """The id its client gave it, valid on its connection only."""
     episode: BatchEpisode
+    """What the policy sees: its ``id`` is unique in the server (``served_id``)."""
     connection: Connection
     last_active: float
     request: asyncio.Future[Outcome] | None = None
+
+
+def served_id(connection: Connection, episode_id: str) -> str:
+    """The server-wide id of a connection's episode: two clients may pick the same id, and
+    neither can learn of the other's episodes through it."""
+    return f"{episode_id}@{connection.serial}"

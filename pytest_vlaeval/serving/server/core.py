@@ -6,15 +6,20 @@ depends on its handlers (through ``transports``) and no handler depends back on 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from pytest_vlaeval.policy.batched import PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, ServerConfig
 from pytest_vlaeval.serving.server.table import EpisodeTable
+
+T = TypeVar("T")
 
 
 class ServerCore(Protocol):
+    config: ServerConfig
+    """The server's settings (its frame limit bounds what a frame may decode to)."""
     metadata: dict[str, Any]
     """What a client learns on connecting (the handler adds its protocol's name)."""
     table: EpisodeTable
@@ -24,4 +29,9 @@ class ServerCore(Protocol):
 
     async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
         """Admit an episode and reset its state in the policy."""
+        ...
+
+    async def off_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """Run ``work(*args)`` (decoding a frame's images) on the server's decoding threads, so the
+        event loop serves other connections meanwhile."""
         ...

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_vlaeval.episodes.collect import RECORD_ATTR
+from pytest_vlaeval.results.rundir import open_appending
 from pytest_vlaeval.serving.process import stopped
 from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV, served_url
 
@@ -54,9 +55,8 @@ class ServerProcess:
     def start(self, timeout_s: float = 600.0) -> str:
         """Start the server and wait until its policy is loaded; returns its ``ws://`` address."""
         deadline = time.monotonic() + timeout_s
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pytest_vlaeval", "serve", "--policy", self.spec, "--host", "127.0.0.1"]
-        with self.log_path.open("ab") as log:
+        with open_appending(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [*command, "--port", "0", "--stop-on-stdin-eof", *self.args],
                 stdin=subprocess.PIPE,

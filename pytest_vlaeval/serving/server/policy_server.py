@@ -40,6 +40,14 @@ log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
 
+SOCKETS_PER_CONNECTION = 2
+"""Sockets held at most, per ``--max-connections``, counted from accept: room for a full house of
+connections and as many again in their handshake or being told to come back (1013). Sockets past
+that are closed at once, so connections that never finish their handshake cannot take every file
+descriptor."""
+DECODING_THREADS = 2
+"""Threads that decode frames off the event loop; each holds at most one frame's images."""
+
 
 class PolicyServer:
     def __init__(
@@ -63,11 +71,15 @@ class PolicyServer:
             config.max_episodes, config.admission_timeout_s, config.idle_timeout_s, self.batcher.submit, self._release
         )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlaeval-policy")
+        self._decoding = ThreadPoolExecutor(max_workers=DECODING_THREADS, thread_name_prefix="vlaeval-decode")
         self.metadata: dict[str, Any] = {}
         """What a client learns on connecting (the protocol's handler adds its name)."""
         self._server: Server | None = None
         self._background: list[asyncio.Task[None]] = []
         self._connections = 0
+        """Connections past their handshake, being served."""
+        self._sockets = 0
+        """Every socket from accept until it is closed, handshakes in progress included."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -80,6 +92,7 @@ class PolicyServer:
             process_request=self._http,
             max_size=self.config.max_message_bytes,
             compression=None,
+            create_connection=_counted_connections(self),
             # An episode's process can be busy for long in native code (an env build on a loaded
             # CPU) and answer a ping late: that is no reason to drop its episode. Dead peers close
             # their socket, abandoned ones are reaped after ``idle_timeout_s``.
@@ -126,6 +139,7 @@ class PolicyServer:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)  # the loop must not block on a policy call
+        self._decoding.shutdown(wait=False, cancel_futures=True)
         stats = self.stats()
         log.info(
             "stopped after %d requests in %d batches (mean batch size %.2f)",
@@ -151,6 +165,8 @@ class PolicyServer:
             "status": "ok" if self.engine is not None else "loading",
             "policy": self.engine.model["name"] if self.engine is not None else self.spec.text,
             "protocol": self.config.protocol,
+            "open_connections": self._connections,
+            "open_sockets": self._sockets,
             "open_episodes": len(self.table.episodes),
             "waiting_opens": self.table.slots.waiting,
             "queued_requests": self.batcher.waiting,
@@ -167,9 +183,16 @@ class PolicyServer:
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         """The token first, for every path: ``/healthz`` says which policy is served and how busy
         it is, which is nobody's business without the token either."""
-        if self.config.token and not self._authorized(request.headers.get("Authorization", ""), request.path):
-            log.warning("refused a connection from %s: missing or wrong token", connection.remote_address)
-            return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
+        if self.config.token:
+            headers = request.headers.get_all("Authorization")
+            if len(headers) > 1:
+                log.warning(
+                    "refused a connection from %s: %d Authorization headers", connection.remote_address, len(headers)
+                )
+                return connection.respond(http.HTTPStatus.BAD_REQUEST, "more than one Authorization header\n")
+            if not self._authorized(headers[0] if headers else "", request.path):
+                log.warning("refused a connection from %s: missing or wrong token", connection.remote_address)
+                return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
         if urlsplit(request.path).path == "/healthz":
             if self.engine is None:
                 return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "loading the policy\n")
@@ -191,6 +214,22 @@ class PolicyServer:
         return "token" in query and hmac.compare_digest(query["token"].encode(), token)
 
     # -- connections and episodes --------------------------------------------------------------
+
+    def _accepted(self, ws: ServerConnection) -> None:
+        """A socket was accepted: counted from now, closed at once past the server's bound."""
+        self._sockets += 1
+        bound = SOCKETS_PER_CONNECTION * self.config.max_connections
+        if self._sockets > bound:
+            log.warning(
+                "closed a socket from %s at once: %d sockets are open (%d x --max-connections)",
+                ws.remote_address,
+                self._sockets - 1,
+                SOCKETS_PER_CONNECTION,
+            )
+            ws.transport.abort()
+
+    def _closed(self) -> None:
+        self._sockets -= 1
 
     async def _handle(self, ws: ServerConnection) -> None:
         if self._connections >= self.config.max_connections:
@@ -245,3 +284,21 @@ class PolicyServer:
 
     async def _in_policy_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def off_loop(self, work: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._decoding, work, *args)
+
+
+def _counted_connections(server: PolicyServer) -> type[ServerConnection]:
+    """websockets' server connection, telling ``server`` of every socket from accept to close."""
+
+    class CountedConnection(ServerConnection):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            server._accepted(self)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            server._closed()
+
+    return CountedConnection

@@ -13,7 +13,7 @@ from typing import Any
 from pytest_vlaeval.policy.batched import BatchEpisode, Outcome
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.admission import EpisodeSlots
-from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused, served_id
 from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 log = logging.getLogger("pytest_vlaeval.serving")
@@ -39,6 +39,7 @@ class EpisodeTable:
         self._release = release
         """Drop a closed episode's queued requests and policy state."""
         self.episodes: dict[str, OpenEpisode] = {}
+        """Every open episode, by its server-wide id (``served_id``)."""
         self.slots = EpisodeSlots(max_episodes)
         self.requests = 0
         self.reaped = 0
@@ -51,8 +52,9 @@ class EpisodeTable:
         info: EpisodeInfo,
         reset: Callable[[BatchEpisode], Awaitable[Any]],
     ) -> OpenEpisode:
-        """Wait for a slot, register the episode and ``reset`` its state in the policy."""
-        if episode_id in self.episodes:
+        """Wait for a slot, register the episode and ``reset`` its state in the policy. ``episode_id``
+        is the connection's own: another connection's episodes neither block nor reveal it."""
+        if episode_id in connection.episodes:
             raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
         if len(connection.episodes) + connection.opening >= self.max_episodes:
             raise Refused(protocol.ADMISSION, f"this connection already holds {self.max_episodes} episodes")
@@ -68,14 +70,15 @@ class EpisodeTable:
                 f"are open (max-episodes {self.max_episodes})",
             )
         try:  # the slot is ours: until the episode is registered (then close frees it), give it back on any exit
-            if episode_id in self.episodes:
+            if episode_id in connection.episodes:
                 raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
             loop = asyncio.get_running_loop()
-            entry = OpenEpisode(BatchEpisode.of(episode_id, info), connection, loop.time())
+            episode = BatchEpisode.of(served_id(connection, episode_id), info)
+            entry = OpenEpisode(episode_id, episode, connection, loop.time())
         except BaseException:
             self.slots.release()
             raise
-        self.episodes[episode_id] = entry
+        self.episodes[episode.id] = entry
         connection.episodes[episode_id] = entry
         try:
             await reset(entry.episode)
@@ -88,13 +91,13 @@ class EpisodeTable:
         """The connection's open episode ``episode_id``; ``Refused`` saying why it is not open."""
         entry = connection.episodes.get(episode_id)
         if entry is None:
-            raise Refused(protocol.UNKNOWN_EPISODE, self.why_unknown(episode_id))
+            raise Refused(protocol.UNKNOWN_EPISODE, self.why_unknown(connection, episode_id))
         return entry
 
     def submit(self, entry: OpenEpisode, step: int, obs: dict[str, Any]) -> asyncio.Future[Outcome]:
         """The episode's next act request (one in flight at a time, steps never going back)."""
         if entry.request is not None:
-            raise Refused(protocol.BUSY, f"episode {entry.episode.id} already has a request in flight")
+            raise Refused(protocol.BUSY, f"episode {entry.id} already has a request in flight")
         if step < entry.episode.step:
             raise Refused(protocol.BAD_REQUEST, f"step {step} goes back from step {entry.episode.step}")
         entry.episode.step = step
@@ -114,7 +117,7 @@ class EpisodeTable:
         if self.episodes.get(episode.id) is not entry:
             return
         del self.episodes[episode.id]
-        entry.connection.episodes.pop(episode.id, None)
+        entry.connection.episodes.pop(entry.id, None)
         self._release(episode)
         self.slots.release()
         if reason:
@@ -138,7 +141,8 @@ class EpisodeTable:
             )
             self.close(entry, None)
 
-    def why_unknown(self, episode_id: str) -> str:
-        if episode_id in self._reaped:
+    def why_unknown(self, connection: Connection, episode_id: str) -> str:
+        """Why the connection's ``episode_id`` is not open, from what the connection itself did."""
+        if served_id(connection, episode_id) in self._reaped:
             return f"episode {episode_id} was closed by the server after {self.idle_timeout_s:g} s without a request"
         return f"episode {episode_id} is not open on this connection"

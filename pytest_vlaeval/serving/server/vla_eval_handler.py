@@ -6,7 +6,9 @@ next ``episode_start`` closes it. Observations go through the same batcher as an
 so concurrent harness connections are batched together while each keeps its own state. The
 server splits chunks itself: one action per observation, the policy being called again only
 when its chunk is used up, exactly as the evaluation's own episode loop does. Failures are
-answered with ``error`` frames (``episode_start_failed: ...``, ``observation_failed: ...``).
+answered with ``error`` frames (``bad_request: ...``, ``episode_start_failed: ...``,
+``observation_failed: ...``, ``server_error: ...``), and the connection goes on. Frames are
+decoded off the event loop (PNG and JPEG images are work), within the wire module's image budget.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
 from pytest_vlaeval.serving.wire import vla_eval as wire
+from pytest_vlaeval.serving.wire import vlaeval as protocol
 from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
 from pytest_vlaeval.version import __version__
 
@@ -32,6 +35,10 @@ log = logging.getLogger("pytest_vlaeval.serving")
 
 LOAD_UNIT = "episode"
 """Requests that can wait at once: one per open episode (a connection holds at most one)."""
+NO_STEP_LIMIT = 2**31 - 1
+"""``max_steps`` of an episode whose harness sends no step limit (vla-eval's harness keeps its own)."""
+_TASK_FIELDS = {name: kind for name, kind in protocol.REQUEST_FIELDS["open"].items() if name != "episode"}
+"""An ``episode_start`` task, checked as the fields of this package's own ``open``."""
 
 
 async def handle_connection(server: ServerCore, connection: Connection) -> None:
@@ -51,7 +58,9 @@ class _HarnessSession:
     async def handle(self, frame: bytes | str) -> None:
         seq = 0
         try:
-            kind, payload, seq = wire.unpack_frame(frame)
+            kind, payload, seq = await self.server.off_loop(
+                wire.unpack_frame, frame, self.server.config.max_message_bytes
+            )
             if kind == "hello":
                 await self._hello(payload, seq)
             elif kind == "episode_start":
@@ -66,7 +75,11 @@ class _HarnessSession:
                 raise ProtocolError(f"a server does not accept {kind!r} frames")
         except ProtocolError as exc:
             log.warning("bad frame from %s: %s", self.connection.ws.remote_address, exc)
+            seq = exc.seq if isinstance(exc, wire.FrameError) else seq
             await self.connection.send(wire.error_frame(f"bad_request: {exc}", seq))
+        except Exception as exc:  # every frame gets a reply, even one that meets a server bug
+            log.error("failed to serve a frame from %s", self.connection.ws.remote_address, exc_info=exc)
+            await self.connection.send(wire.error_frame(f"server_error: {type(exc).__name__}: {exc}", seq))
 
     async def _hello(self, payload: dict[str, Any], seq: int) -> None:
         version = payload.get("protocol_version")
@@ -83,7 +96,6 @@ class _HarnessSession:
         await self.connection.send(wire.pack_frame("hello", reply, seq))
 
     async def _start(self, payload: dict[str, Any], seq: int) -> None:
-
         self._end()
         try:
             info = _episode_info(payload.get("task"))
@@ -93,17 +105,18 @@ class _HarnessSession:
 
     async def _observe(self, payload: dict[str, Any], seq: int) -> None:
         entry = self.entry
-        if entry is None or self.connection.episodes.get(entry.episode.id) is not entry:
+        if entry is None or self.connection.episodes.get(entry.id) is not entry:
             why = (
                 "no episode_start on this connection"
                 if entry is None
-                else self.server.table.why_unknown(entry.episode.id)
+                else self.server.table.why_unknown(self.connection, entry.id)
             )
             await self.connection.send(wire.error_frame(f"observation_failed: {why}", seq))
             return
         step = entry.episode.step + 1
         if not self.pending:
-            outcome = await self.server.table.submit(entry, step, wire.from_wire_observation(payload))
+            view = await self.server.off_loop(wire.from_wire_observation, payload)  # copies every image
+            outcome = await self.server.table.submit(entry, step, view)
             if isinstance(outcome, PolicyError):
                 await self.connection.send(wire.error_frame(f"observation_failed: {outcome}", seq))
                 return
@@ -119,16 +132,25 @@ class _HarnessSession:
 
 
 def _episode_info(task: Any) -> EpisodeInfo:
-    """The episode a harness's task describes; vla-eval tasks carry a name, ours the full info."""
+    """The episode a harness's task describes (vla-eval tasks carry a name, ours the full info),
+    its fields checked as an ``open``'s: types and ranges, a negative seed or a step limit of 0 refused."""
     if not isinstance(task, dict):
         raise ProtocolError(f"'episode_start' needs a 'task' map, got {type(task).__name__}")
-    try:
-        return EpisodeInfo(
-            task=str(task.get("env_id") or task.get("name") or "task"),
-            seed=int(task.get("seed", 0)),
-            instruction=str(task.get("instruction") or task.get("task_description") or ""),
-            episode_index=int(task.get("episode_index", task.get("episode_idx", 0))),
-            max_steps=int(task.get("max_steps", 0)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ProtocolError(f"bad task in 'episode_start': {exc}") from None
+    fields = {
+        "task": _given(task, "env_id", "name", default="task"),
+        "seed": _given(task, "seed", default=0),
+        "instruction": _given(task, "instruction", "task_description", default=""),
+        "episode_index": _given(task, "episode_index", "episode_idx", default=0),
+        "max_steps": _given(task, "max_steps", default=NO_STEP_LIMIT),
+    }
+    protocol.check_fields("episode_start", fields, _TASK_FIELDS)
+    return EpisodeInfo(**fields)
+
+
+def _given(task: dict[Any, Any], *keys: str, default: Any) -> Any:
+    """The value of the first of ``keys`` the task gives (not null, not empty): vla-eval's names, then ours."""
+    for key in keys:
+        value = task.get(key)
+        if value is not None and not (isinstance(value, str) and not value):
+            return value
+    return default

@@ -74,7 +74,7 @@ async def _reply_actions(
     connection: Connection, entry: OpenEpisode, step: int, future: asyncio.Future[Outcome]
 ) -> None:
     outcome = await future
-    episode_id = entry.episode.id
+    episode_id = entry.id
     if isinstance(outcome, PolicyError):
         await connection.send(_policy_error(outcome, episode_id))
     else:

@@ -9,7 +9,10 @@ one ``action`` carrying the observation's ``seq``, and ``error`` (``payload["err
 numpy arrays travel as maps ``{"__ndarray__": True, "data": <raw bytes>, "dtype": <dtype.str>,
 "shape": [...]}``; HWC uint8 images may instead travel as ``{"__image__": True, "format":
 "raw"|"png"|"jpeg", "data", "shape"[, "dtype"]}``. Only bool, integer and float dtypes are
-accepted, and nothing is ever unpickled.
+accepted, and nothing is ever unpickled. A compressed image is opened only as the format it
+names, and its declared size is checked before it is decoded: the images of one frame may decode
+to at most ``IMAGE_BYTES_PER_FRAME_BYTE`` times the connection's frame limit (a PNG of a few
+hundred KB can declare gigabytes).
 
 Observations use vla-eval's convention: ``images`` (camera name -> HWC image), ``state`` (the
 proprio vector) and ``task_description``. ``to_wire_observation`` and ``from_wire_observation``
@@ -36,6 +39,18 @@ CAMERAS = ("base_camera", "hand_camera")
 """Names of the cameras stacked in ``rgb`` (3 channels each), in order, as ManiSkill names them."""
 CAMERA_CHANNELS = 3
 _ARRAY_KINDS = "biuf"
+IMAGE_BYTES_PER_FRAME_BYTE = 8
+"""What the compressed images of one frame may decode to, in multiples of the connection's frame
+limit (``--max-message-bytes`` on a server): 64 MiB under the default 8 MiB, room for eight
+1080p cameras."""
+
+
+class FrameError(ProtocolError):
+    """A frame refused once its seq is known, so that the error reply can answer it."""
+
+    def __init__(self, message: str, seq: int) -> None:
+        super().__init__(message)
+        self.seq = seq
 
 
 def pack_frame(kind: str, payload: dict[str, Any], seq: int) -> bytes:
@@ -50,17 +65,26 @@ def error_frame(message: str, seq: int = 0) -> bytes:
     return pack_frame("error", {"error": message}, seq)
 
 
-def unpack_frame(frame: bytes | str) -> tuple[str, dict[str, Any], int]:
-    """Decode one frame into (type, payload, seq); raises ``ProtocolError`` saying what is wrong."""
+def unpack_frame(frame: bytes | str, max_frame_bytes: int) -> tuple[str, dict[str, Any], int]:
+    """Decode one frame into (type, payload, seq); raises ``ProtocolError`` saying what is wrong
+    (``FrameError``, which has the seq to answer, once the frame's type and seq are known).
+
+    ``max_frame_bytes`` is the largest frame the connection accepts; the frame's compressed images
+    may decode to ``IMAGE_BYTES_PER_FRAME_BYTE`` times that, all together. They are decoded last,
+    once the frame is known to be a message."""
     message = unpack_msgpack(frame, _decode_array)
     if not isinstance(message, dict) or not {"type", "payload", "seq"} <= message.keys():
         keys = sorted(map(str, message)) if isinstance(message, dict) else type(message).__name__
         raise ProtocolError(f"expected a map with type, payload and seq, got {keys}")
     kind, payload, seq = message["type"], message["payload"], message["seq"]
-    if kind not in KINDS:
-        raise ProtocolError(f"unknown message type {kind!r}; expected one of {', '.join(KINDS)}")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ProtocolError(f"unknown message type {kind!r:.200}; expected one of {', '.join(KINDS)}")
     if not isinstance(payload, dict) or not isinstance(seq, int) or isinstance(seq, bool):
         raise ProtocolError(f"{kind!r} needs a map payload and an int seq")
+    try:
+        _decode_images(payload, _ImageBudget(IMAGE_BYTES_PER_FRAME_BYTE * max_frame_bytes))
+    except ProtocolError as exc:
+        raise FrameError(str(exc), seq) from None
     return kind, payload, seq
 
 
@@ -135,12 +159,50 @@ def _encode_array(value: Any) -> Any:
     raise TypeError(f"cannot send {type(value).__name__}")
 
 
+class _ImageBudget:
+    """The bytes the compressed images of one frame may still decode to."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = self.left = limit
+
+    def take(self, size: int) -> None:
+        if size > self.left:
+            raise ProtocolError(
+                f"the images of this frame would decode to more than {self.limit:,} bytes "
+                f"({IMAGE_BYTES_PER_FRAME_BYTE} x the largest frame accepted): one of {size:,} bytes, {self.left:,} left"
+            )
+        self.left -= size
+
+
+class _CompressedImage:
+    """An image map left for ``_decode_images``: decoding waits until the frame is known to be a message."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        image_format = obj.get("format")
+        if image_format not in IMAGE_FORMATS or not isinstance(obj.get("data"), bytes):
+            raise ProtocolError(f"image format must be one of {', '.join(IMAGE_FORMATS)}, got {image_format!r:.200}")
+        self.format: str = image_format
+        self.data: bytes = obj["data"]
+
+
 def _decode_array(obj: dict[str, Any]) -> Any:
     if obj.get("__ndarray__") is True or (obj.get("__image__") is True and obj.get("format") == "raw"):
         return _raw_array(obj)
     if obj.get("__image__") is True:
-        return _compressed_image(obj)
+        return _CompressedImage(obj)
     return obj
+
+
+def _decode_images(payload: dict[str, Any], budget: _ImageBudget) -> None:
+    """Decode every compressed image of a payload in place, within ``budget`` (no recursion: maps nest deep)."""
+    nodes: list[dict[Any, Any] | list[Any]] = [payload]
+    while nodes:
+        node = nodes.pop()
+        for key, value in list(node.items() if isinstance(node, dict) else enumerate(node)):
+            if isinstance(value, _CompressedImage):
+                node[key] = _compressed_image(value, budget)
+            elif isinstance(value, (dict, list)):
+                nodes.append(value)
 
 
 def _raw_array(obj: dict[str, Any]) -> np.ndarray:
@@ -160,14 +222,17 @@ def _raw_array(obj: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
-def _compressed_image(obj: dict[str, Any]) -> np.ndarray:
-    if obj.get("format") not in IMAGE_FORMATS or not isinstance(obj.get("data"), bytes):
-        raise ProtocolError(f"image format must be one of {', '.join(IMAGE_FORMATS)}, got {obj.get('format')!r}")
-    from PIL import Image
+def _compressed_image(image: _CompressedImage, budget: _ImageBudget) -> np.ndarray:
+    from PIL import Image, ImageMode
 
     try:
-        with Image.open(io.BytesIO(obj["data"])) as pil:
+        # Opening reads the header only: the size is known, nothing is decoded yet.
+        with Image.open(io.BytesIO(image.data), formats=[image.format.upper()]) as pil:
+            mode = ImageMode.getmode(pil.mode)
+            budget.take(pil.width * pil.height * len(mode.bands) * np.dtype(mode.typestr).itemsize)
             image = np.array(pil)
+    except ProtocolError:
+        raise
     except Exception as exc:
-        raise ProtocolError(f"cannot decode a {obj['format']} image: {type(exc).__name__}: {exc}") from None
+        raise ProtocolError(f"cannot decode a {image.format} image: {type(exc).__name__}: {exc}") from None
     return image[..., None] if image.ndim == 2 else image

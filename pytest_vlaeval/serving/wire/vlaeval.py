@@ -28,7 +28,8 @@ anything that cannot be served                               ``error`` episode (
 Rules:
 
 - ``episode`` is an id the client chooses (unique, e.g. a uuid4 hex), valid on the connection
-  that opened it. Closing the connection closes its episodes.
+  that opened it: another connection may use the same id, and no reply says whether one does.
+  Closing the connection closes its episodes.
 - ``step`` is the simulator step the observation was taken at; it never goes back within an
   episode (a request that failed may be repeated with the same step).
 - At most one ``act`` per episode may be outstanding; a second one gets ``busy``.
@@ -43,8 +44,9 @@ Rules:
 - A frame larger than ``max_message_bytes`` closes its connection with close code 1009.
 
 HTTP on the same port: ``GET /healthz`` answers 200 with JSON counters once the policy is
-loaded, 503 before. When the server has a token, every websocket handshake must carry
-``Authorization: Bearer <token>`` (or openpi's ``Api-Key <token>``), else HTTP 401.
+loaded, 503 before. When the server has a token, every websocket handshake must carry one
+``Authorization: Bearer <token>`` (or openpi's ``Api-Key <token>``) header, else HTTP 401 (HTTP
+400 for more than one).
 
 With ``--protocol openpi`` the server speaks openpi's protocol instead: metadata map on
 connect, then each binary frame is an observation map and each reply a map holding
@@ -139,9 +141,16 @@ def parse(frame: bytes | str, fields: dict[str, dict[str, type]]) -> tuple[str, 
     """Decode a frame and check its type and typed fields against a schema table."""
     message = unpack(frame)
     kind = message.get("type")
-    if kind not in fields:
-        raise ProtocolError(f"unknown message type {kind!r}; expected one of {', '.join(fields)}")
-    for name, expected in fields[kind].items():
+    if not isinstance(kind, str) or kind not in fields:  # a list or map is no type, and cannot be looked up
+        raise ProtocolError(f"unknown message type {kind!r:.200}; expected one of {', '.join(fields)}")
+    check_fields(kind, message, fields[kind])
+    return kind, message
+
+
+def check_fields(kind: str, message: dict[str, Any], fields: dict[str, type]) -> None:
+    """Check that ``message`` has each of ``fields`` with its type and in its range (``FIELD_VALUES``);
+    ``ProtocolError`` naming the first that is not. Every protocol's requests are checked here."""
+    for name, expected in fields.items():
         value = message.get(name)
         # bool is an int subclass in Python; a seed or step of True is a client bug.
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
@@ -152,7 +161,6 @@ def parse(frame: bytes | str, fields: dict[str, dict[str, type]]) -> tuple[str, 
         if valid is not None and not valid(value):
             shown = repr(value) if not isinstance(value, dict) else f"a map with keys {sorted(map(str, value))[:8]}"
             raise ProtocolError(f"{kind!r} needs {name!r} as {meaning}, got {shown[:200]}")
-    return kind, message
 
 
 def error(code: str, message: str, episode: str | None = None, detail: str | None = None) -> bytes:
