@@ -1,6 +1,7 @@
-"""The choices of ``--vla-render``, ``--vla-video`` and ``--vla-live``, and the ranges of the
-numeric options: one owner, a leaf that imports only the standard library, so ``plugin`` (which
-must stay light) declares them and the modules acting on a choice share it."""
+"""The choices of ``--vla-render``, ``--vla-video`` and ``--vla-live``, the ranges of the
+numeric options and the refusal of an empty name: one owner, a leaf that imports only the
+standard library, so ``plugin`` (which must stay light) declares them and the modules acting on a
+choice share it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ RENDER_BACKENDS = ("auto", "gpu", "gpu-render", "cpu")
 ``cpu``: both on the CPU (software rendering); ``auto``: ``gpu`` when a CUDA device is present, else ``cpu``."""
 VIDEO_MODES = ("none", "failed", "all")
 LIVE_MODES = ("auto", "on", "off")
+EPISODE_LIST_MAX_MIB = 64
+"""``--vla-episode-list`` larger than this is refused: about a million episodes' worth of pairs."""
 
 
 def in_range(
@@ -34,4 +37,17 @@ def in_range(
         return value
 
     convert.__name__ = kind.__name__
+    return convert
+
+
+def non_empty(what: str, example: str) -> Callable[[str], str]:
+    """An argparse ``type=`` for an option that names ``what``: an empty value (``--policy=``, a
+    variable that expanded to nothing) is refused as the option is parsed, with one line giving
+    ``example``, where it would otherwise fall back to the default unseen."""
+
+    def convert(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"is empty: name {what}, e.g. {example}")
+        return text
+
     return convert

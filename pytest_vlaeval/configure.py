@@ -22,11 +22,15 @@ from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.install.interpreters import (
     InstalledIn,
+    how_to_install,
     import_problem,
     installed_in,
     missing_plugins,
+    package_mismatch,
+    package_step,
     session_python,
 )
+from pytest_vlaeval.install.stacks import PipStep
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 from pytest_vlaeval.spec import Selection, resolve_benchmark, select
@@ -156,7 +160,7 @@ def _prepare_controller(
         )
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run, python)
-        store.check_writable()  # the first thing that touches the disk: a refused session leaves no directory
+        store.check_writable(t.env_id for t in run.selection.tasks)  # the first thing that touches the disk
         num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
         store.claim(
             fingerprint(run.selection, run.policy.identity, run.render, num_envs, run.reference_order, installed)
@@ -439,19 +443,27 @@ def _register_markers(config: pytest.Config, selection: Selection) -> None:
 def _worker_python(config: pytest.Config, run: RunContext) -> tuple[Path | None, InstalledIn | None]:
     """The interpreter of its own the benchmark's workers run in and its distributions, read once
     (the plugin check and the fingerprint use them); (None, None): this one. Checked now: it
-    exists, it has the session's plugins, and an in-process policy imports in it (else one line
-    naming ``--vla-serve``)."""
+    exists, it holds this package's very files (an older copy would run the episodes), it has the
+    session's plugins, and an in-process policy imports in it (else one line naming ``--vla-serve``)."""
     benchmark = run.selection.benchmark
-    if benchmark.env.interpreter is None or config.option.collectonly:
+    name = benchmark.env.interpreter
+    if name is None or config.option.collectonly:
         return None, None
-    python = session_python(benchmark.env.interpreter, benchmark.title)
+    python = session_python(name, benchmark.title)
+    held = package_mismatch(python)
+    if held:
+        raise SpecError(
+            f"{benchmark.title}'s interpreter ({python}) holds {held}, so its workers would run other code than "
+            f"this session: `{how_to_install(name, python, package_step())}` installs this one there"
+        )
     installed = installed_in(python)
     loaded = [(dist.metadata["Name"], dist.version) for _, dist in config.pluginmanager.list_plugin_distinfo()]
     missing = missing_plugins(installed, loaded)
     if missing:
+        pins = PipStep("the session's plugins", tuple(missing))
         raise SpecError(
             f"this session's pytest plugins {', '.join(missing)} are not in {benchmark.title}'s interpreter "
-            f"({python}), where its workers run: `vlaeval install {benchmark.env.interpreter}` installs them, "
+            f"({python}), where its workers run: `{how_to_install(name, python, pins)}` installs them, "
             "or leave them out with -p no:NAME"
         )
     module = getattr(run.policy, "module", None)

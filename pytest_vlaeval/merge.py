@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -24,17 +22,24 @@ from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.fixed import FixedGate
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
+from pytest_vlaeval.printable import command_line, terminal_safe
 from pytest_vlaeval.report.run_files import write_run_files
+from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.results.canonical import summary
-from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.latest import LatestRecords, whole_lines
+from pytest_vlaeval.results.record import record_time
 from pytest_vlaeval.results.rundir import RunDir, shard_of, writing
 from pytest_vlaeval.results.runfiles import read_json
 from pytest_vlaeval.results.schema import Fingerprint
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.spec import Benchmark, Selection, builtin_benchmarks, load_benchmark, resolve_benchmark, select
+from pytest_vlaeval.termination import interrupt_on_termination
 
 TAIL_BYTES = 65536
 """Enough of a log's end to hold its last record."""
+
+COPY_CHUNK = 1 << 20
+"""Bytes of a log compared or copied at a time: a log can be gigabytes."""
 
 UNDECIDED_EXIT = 7
 """``vlaeval merge``'s exit status when the gate cannot decide (pytest's ``--vla-undecided-exit`` default)."""
@@ -67,14 +72,15 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gat
     if policy is not None:
         store.claim(policy, store.dir.policy)
     copied = sum(
-        _copy_log(log, store.dir.episodes / log.name) for directory in run_dirs for log in RunDir(directory).logs()
+        _copy_log(log, RunDir(directory), store.dir) for directory in run_dirs for log in RunDir(directory).logs()
     )
     benchmark = _benchmark(run_dirs, reference, benchmark_arg)
     store.keep_spec(benchmark)
     selection = _selection(benchmark, reference)
     judge = _fixed_gate(gate, selection) if gate else None  # a bad baseline stops before the run's files are rewritten
     with store.locked():  # a session may be writing the same directory's canonical files
-        body, per_task = summary(selection, LatestRecords.read(store.dir), interrupted=False)
+        latest = LatestRecords.read(store.dir, selection.episode_ids)
+        body, per_task = summary(selection, latest, interrupted=False)
         verdict = judge.judge(per_task) if judge else None
         written = write_run_files(
             store.dir,
@@ -90,10 +96,12 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gat
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new or grown episode logs"]
     lines += [f"not written: {line}" for line in written.refused]
+    if latest.outside:
+        lines.append(f"left out {latest.outside:,} records of episodes the run's fingerprint does not name")
     lines += shard_finish_lines(store.dir)
     lines += [
         f"shard {index}/{count} has no episode log: run `{rerun_command(reference, store.dir, f'--vla-shard={index}/{count}')}`"
-        for index, count in missing_shards(out)
+        for index, count in missing_shards(out, len(selection.episode_ids))
     ]
     lines.append(
         f"episodes: {body['n_completed']} completed, {body['n_errors']} errors, {body['n_missing']} missing of {body['n_expected']}; "
@@ -105,7 +113,8 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gat
         )
         lines.append(f"fill the gaps with: {fill}")
         if store.dir.slurm_submissions.exists():
-            lines.append(f"or, on the cluster it was submitted to: vlaeval slurm --complete {shlex.quote(str(out))}")
+            complete = command_line(["vlaeval", "slurm", "--complete", str(out)])
+            lines.append(f"or, on the cluster it was submitted to: {complete}")
     if verdict is not None:
         lines.append(verdict.verdict())
     return Merged(lines, verdict, not (body["n_errors"] or body["n_missing"]))
@@ -184,37 +193,41 @@ def last_record_time(log: Path) -> datetime | None:
         lines = f.read().split(b"\n")
     for line in reversed(lines[1:] if size > TAIL_BYTES else lines):
         try:
-            return datetime.fromisoformat(json.loads(line)["time"])
+            return record_time(strict_json.loads(line)["time"])
         except (ValueError, KeyError, TypeError):
             continue  # a torn last line, or not a record
     return None
 
 
-def _copy_log(log: Path, target: Path) -> int:
-    """Copy an episode log into the merged run (1), or bring an earlier copy up to date (1 when it
-    grew, 0 when it was whole): a log only grows by whole lines, so an earlier copy (made while its
-    session was still writing, or cut short by a killed merge) is a prefix of it, and is extended."""
-    if log.is_symlink():  # a received run's 'log' could point at any file of ours
+def _copy_log(log: Path, source: RunDir, run: RunDir) -> int:
+    """Copy an episode log of ``source`` into ``run`` (1), or bring an earlier copy up to date (1 when
+    it grew, 0 when it was whole): a log only grows by whole lines, so an earlier copy (made while its
+    session was still writing, or cut short by a killed merge) is a prefix of it, and is extended.
+    Nothing is followed through a symbolic link of either run: a received run's could name any file
+    of yours, to copy into the run or to write over. Only whole lines are copied, line by line, and a
+    line too long to be a record is refused before it is copied (``latest.whole_lines``)."""
+    if log.is_symlink():
         raise SpecError(f"{log} is a symbolic link, not an episode log: remove it and merge again")
+    source.confined(log)
+    target = run.confined(run.episodes / log.name)
     if target.exists() and log.samefile(target):  # a directory merged into itself: its own log
         return 0
     with writing(target):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists():
-            shutil.copyfile(log, target)
-            return 1
-        have, source = target.stat().st_size, log.stat().st_size
-        with log.open("rb") as new, target.open("rb") as old:
-            if have > source or new.read(have) != old.read():
-                raise SpecError(
-                    f"{target} is not a copy of {log} (nor the start of one): remove {target} and merge again"
-                )
-            rest = new.read()
-        if not rest:
-            return 0
-        with target.open("ab") as old:
-            old.write(rest)
-        return 1
+        created = not os.path.lexists(target)
+        with log.open("rb") as new, run.open_appending(target, "a+b") as old:
+            old.seek(0)
+            lines = 0
+            while chunk := old.read(COPY_CHUNK):
+                if new.read(len(chunk)) != chunk:
+                    raise SpecError(
+                        f"{target} is not a copy of {log} (nor the start of one): remove {target} and merge again"
+                    )
+                lines += chunk.count(b"\n")
+            grew = False
+            for _, line in whole_lines(new, log, lines):
+                old.write(line)
+                grew = True
+    return 1 if created or grew else 0
 
 
 def _benchmark(run_dirs: list[Path], fingerprint: dict[str, Any], benchmark_arg: str | None) -> Benchmark:
@@ -226,20 +239,25 @@ def _benchmark(run_dirs: list[Path], fingerprint: dict[str, Any], benchmark_arg:
     return load_benchmark(kept) if kept else resolve_benchmark(fingerprint["benchmark"])[0]
 
 
-def missing_shards(run_dir: Path) -> list[tuple[int, int]]:
-    """Shards of an N-way split that left no log in ``run_dir``."""
+def missing_shards(run_dir: Path, episodes: int) -> list[tuple[int, int]]:
+    """Shards of an N-way split that left no log in ``run_dir`` though they hold episodes: of
+    ``episodes``, shards past the first ``episodes`` are empty (``results.subset``), so a split
+    into a billion shards costs what its episodes cost."""
     seen: dict[int, set[int]] = {}
     for log in RunDir(run_dir).logs():
         shard = shard_of(log)
         if shard:
             seen.setdefault(shard[1], set()).add(shard[0])
-    return [(i, n) for n, present in sorted(seen.items()) for i in range(1, n + 1) if i not in present]
+    return [(i, n) for n, present in sorted(seen.items()) for i in range(1, min(n, episodes) + 1) if i not in present]
 
 
 def rerun_command(fingerprint: Fingerprint, run_dir: RunDir, *extra: str) -> str:
     """The pytest command that evaluates (part of) the run a fingerprint describes: with the built-in
-    benchmark of that name, else with the copy of the benchmark file the run keeps."""
-    benchmark = fingerprint["benchmark"] if fingerprint["benchmark"] in builtin_benchmarks() else str(run_dir.spec)
+    benchmark of that name where it is the file the run was made with (equal digests), else with the
+    copy of the benchmark file the run keeps (a received run may name a built-in and hold another)."""
+    builtin = builtin_benchmarks().get(fingerprint["benchmark"])
+    same = builtin is not None and load_benchmark(builtin).digest == fingerprint["benchmark_digest"]
+    benchmark = fingerprint["benchmark"] if same else str(run_dir.spec)
     args = [
         "pytest",
         f"--benchmark={benchmark}:{fingerprint['split']}",
@@ -252,7 +270,7 @@ def rerun_command(fingerprint: Fingerprint, run_dir: RunDir, *extra: str) -> str
     if fingerprint.get("order") == "reference":
         args.append("--vla-reference-order")
     args += extra
-    return shlex.join(args)
+    return command_line(args)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -283,15 +301,18 @@ def run(args: argparse.Namespace) -> int:
     """0, or with --baseline as pytest's gate: 6 on FAIL, 7 on UNDECIDED, and on PASS 1 while
     episodes are missing or errored (an incomplete run never passes)."""
     gate = GateOptions(args.baseline, args.max_drop, args.alpha) if args.baseline else None
+    restore = interrupt_on_termination()  # SIGTERM (a CI runner, scancel) or SIGHUP interrupts as Ctrl-C does
     try:
         merged = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark, gate)
     except (SpecError, ResultsUnwritable, FileNotFoundError) as exc:
-        print(f"vlaeval merge: {exc}")
+        print(terminal_safe(f"vlaeval merge: {exc}"))
         return 2
     except KeyboardInterrupt:
         print("vlaeval merge: interrupted; run it again to finish (what it copied is kept, whole)")
         return 130
-    print("\n".join(merged.lines))
+    finally:
+        restore()
+    print("\n".join(terminal_safe(line) for line in merged.lines))
     outcome = merged.verdict.outcome if merged.verdict else None
     if outcome == FAIL:
         return EXIT_GATE_FAILED

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vlaeval.choices import LIVE_MODES, RENDER_BACKENDS, VIDEO_MODES, in_range
+from pytest_vlaeval.choices import (
+    EPISODE_LIST_MAX_MIB,
+    LIVE_MODES,
+    RENDER_BACKENDS,
+    VIDEO_MODES,
+    in_range,
+    non_empty,
+)
 
 DEFAULT_RESULTS = "results"
 
@@ -30,12 +37,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--policy",
         metavar="SPEC",
+        type=non_empty("a policy", "--policy=random"),
         help="module:attr (class or factory), a built-in: random, zero, or a policy server: ws://HOST:PORT, "
         "openpi://HOST:PORT, vla-eval://HOST:PORT [random]",
     )
     group.addoption(
         "--vla-serve",
         metavar="SPEC",
+        type=non_empty("the policy to serve", "--vla-serve=my_pkg.policies:make_policy"),
         help="serve the policy SPEC (module:attr or built-in) from one server process for the whole session, "
         "shared by all xdist workers and batched across their episodes",
     )
@@ -127,15 +136,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     results.addoption(
         "--vla-shard",
         metavar="I/N",
-        help="run shard I of N (deterministic, balanced by expected steps); auto: from a Slurm job array, a "
-        "Kubernetes Indexed Job or VLAEVAL_SHARD=I/N, each shard writing only its episode log for "
-        "`vlaeval merge` to summarise",
+        help="run shard I of N (deterministic, balanced by expected steps; shards beyond the episodes are empty); "
+        "auto: from a Slurm job array, a Kubernetes Indexed Job or VLAEVAL_SHARD=I/N, each shard writing only "
+        "its episode log for `vlaeval merge` to summarise",
     )
     results.addoption(
         "--vla-episode-list",
         metavar="FILE",
         help="run only these episodes: a JSON list of [task, seed] pairs of the selection (with --vla-shard, "
-        "the list is what is sharded)",
+        f"the list is what is sharded); a regular file of at most {EPISODE_LIST_MAX_MIB} MiB",
     )
     results.addoption(
         "--vla-retries",

@@ -17,21 +17,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import hmac
 import io
 import json
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.choices import in_range
 from pytest_vlaeval.distribute.indexed import PAIR
-from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
+from pytest_vlaeval.printable import command_line, terminal_lines, terminal_safe
+from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.store import write_text_atomic
 
 SBATCH_OPTIONS = ("partition", "account", "qos", "time", "constraint", "gres", "gpus-per-task", "cpus-per-task", "mem")
 """sbatch options passed through to the array (the merge job takes the first four and the constraint)."""
@@ -39,6 +45,8 @@ MERGE_OPTIONS = ("partition", "account", "qos", "time", "constraint")
 WORKER_OPTIONS = ("-n", "--numprocesses", "--vla-placement", "--tx", "-d", "--dist")
 """Options of pytest's that place workers: given, the array task keeps them; else it sets its own."""
 RERUN_OPTIONS = ("--vla-rerun", "--vla-resume")
+SEALED = ("pytest_args", "shards", "sbatch", "merge_args", "workdir", "run_dir")
+"""What a submission's seal covers: everything ``--complete`` runs or writes to (its interpreter is replaced)."""
 
 
 @dataclass(frozen=True)
@@ -51,16 +59,20 @@ class Submission:
     merge_args: list[str]
     python: str
     workdir: str
+    run_dir: str
+    seal: str = ""
+    """An HMAC of the ``SEALED`` fields with this account's key (``submission_key``)."""
     jobs: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def read(cls, path: Path) -> Submission:
         """The file as written here, checked field by field (a run directory may come from elsewhere)."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = strict_json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise SpecError(f"{path}: cannot read it ({exc}); was the run submitted with vlaeval slurm?") from None
         kinds = {"pytest_args": list, "shards": int, "sbatch": dict, "merge_args": list, "python": str, "workdir": str}
+        kinds |= {"run_dir": str, "seal": str}  # what a run submitted before runs were sealed lacks
         if not isinstance(data, dict) or any(not isinstance(data.get(k), t) for k, t in kinds.items()):
             raise SpecError(f"{path}: not a vlaeval slurm submission (expected {', '.join(kinds)})")
         strings = [*data["pytest_args"], *data["merge_args"], *data["sbatch"].keys(), *data["sbatch"].values()]
@@ -75,8 +87,39 @@ class Submission:
             raise SpecError(f"{path}: its jobs are not a list of Slurm job ids")
         return cls(**{k: data[k] for k in kinds}, jobs=jobs)
 
-    def write(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+    def write(self, run: RunDir) -> None:
+        """Into the run's ``slurm/`` folder, renamed over: a received run's link there is never followed."""
+        write_text_atomic(run.confined(run.slurm_submissions), json.dumps(asdict(self), indent=2) + "\n")
+
+    def seal_with(self, key: bytes) -> str:
+        sealed = json.dumps([getattr(self, name) for name in SEALED], sort_keys=True)
+        return hmac.new(key, sealed.encode(), hashlib.sha256).hexdigest()
+
+
+def submission_key(create: bool) -> bytes:
+    """This account's secret, which seals what ``vlaeval slurm`` submits: ``--complete`` then runs
+    only a command this account submitted for that very run directory, however the directory was
+    edited, copied or received. It is made on the first submission, readable by its owner alone."""
+    path = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "pytest-vlaeval" / "slurm.key"
+    try:
+        if create and not path.exists():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fresh = path.with_name(f"{path.name}.{os.getpid()}")
+            with open(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+                file.write(secrets.token_hex(32))
+            with contextlib.suppress(FileExistsError):  # a submission beside this one made it first: theirs is kept
+                os.link(fresh, path)
+            fresh.unlink()
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
+            status = os.fstat(file.fileno())
+            key = file.read(256).strip()
+    except FileNotFoundError:
+        raise SpecError(f"{path} is missing: no run was submitted with vlaeval slurm from this account") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot make or read the key that seals submissions ({exc.strerror or exc})") from None
+    if status.st_uid != os.getuid() or status.st_mode & 0o077 or len(key) < 32:
+        raise SpecError(f"{path}: the key that seals submissions must be yours, readable by you alone (chmod 600)")
+    return key
 
 
 def locate_run(pytest_args: list[str], workdir: Path, shards: int) -> Path:
@@ -112,7 +155,7 @@ def locate_run(pytest_args: list[str], workdir: Path, shards: int) -> Path:
             os.environ[PAIR] = shard
     if probe.run_dir is None:
         said = [line.removeprefix("ERROR: ") for line in output.getvalue().splitlines() if line.strip()]
-        raise SpecError(f"pytest {shlex.join(pytest_args)}: {said[-1] if said else 'names no evaluation'}")
+        raise SpecError(f"{command_line(['pytest', *pytest_args])}: {said[-1] if said else 'names no evaluation'}")
     return probe.run_dir
 
 
@@ -127,7 +170,7 @@ def array_script(submission: Submission, run_dir: Path, name: str, count: int, e
         "#!/bin/bash",
         f"#SBATCH --job-name=vlaeval-{run_dir.name}",
         f"#SBATCH --array=0-{count - 1}",
-        f"#SBATCH --output={RunDir(run_dir).slurm / 'logs'}/{name}_%A_%a.out",
+        f"#SBATCH --output={slurm_pattern(RunDir(run_dir).slurm / 'logs')}/{name}_%A_%a.out",
         *(f"#SBATCH --{option}={value}" for option, value in submission.sbatch.items()),
         f"# pytest-vlaeval: {count} shards of {run_dir}, one per array task (--vla-shard=auto reads",
         "# SLURM_ARRAY_TASK_ID); --vla-rerun=incomplete skips what a requeued try of this shard already finished.",
@@ -147,6 +190,11 @@ def array_script(submission: Submission, run_dir: Path, name: str, count: int, e
     return "\n".join(lines) + "\n"
 
 
+def slurm_pattern(path: Path) -> str:
+    """``path`` in an sbatch file name pattern, where Slurm replaces ``%`` sequences (``%%`` is one ``%``)."""
+    return str(path).replace("%", "%%")
+
+
 def merge_script(submission: Submission, run_dir: Path, name: str) -> str:
     """The sbatch script of the merge that runs once the array has ended."""
     options = {k: v for k, v in submission.sbatch.items() if k in MERGE_OPTIONS}
@@ -156,7 +204,7 @@ def merge_script(submission: Submission, run_dir: Path, name: str) -> str:
             [
                 "#!/bin/bash",
                 f"#SBATCH --job-name=vlaeval-merge-{run_dir.name}",
-                f"#SBATCH --output={RunDir(run_dir).slurm / 'logs'}/{name}_%j.out",
+                f"#SBATCH --output={slurm_pattern(RunDir(run_dir).slurm / 'logs')}/{name}_%j.out",
                 *(f"#SBATCH --{option}={value}" for option, value in options.items()),
                 "# pytest-vlaeval: the run's files (and the gate's verdict) from every shard's episode log.",
                 "set -u",
@@ -178,7 +226,7 @@ def slurm_command(*command: str) -> str:
         ) from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
-        raise SpecError(f"{shlex.join(command[:2])} failed: {said[-1] if said else f'exit status {done.returncode}'}")
+        raise SpecError(f"{command_line(command[:2])} failed: {said[-1] if said else f'exit status {done.returncode}'}")
     return done.stdout
 
 
@@ -206,11 +254,12 @@ def submit(submission: Submission, run_dir: Path, episodes: list[tuple[str, int]
     )
     if dry_run:
         return [f"# {slurm / f'{name}.sbatch'}", array, f"# {slurm / f'merge-{number}.sbatch'}", merge]
-    (slurm / "logs").mkdir(parents=True, exist_ok=True)
+    run = RunDir(run_dir)
+    run.confined(slurm / "logs" / "-").parent.mkdir(parents=True, exist_ok=True)
     if episodes is not None:
-        listed.write_text(json.dumps([list(key) for key in episodes]) + "\n", encoding="utf-8")
-    (slurm / f"{name}.sbatch").write_text(array, encoding="utf-8")
-    (slurm / f"merge-{number}.sbatch").write_text(merge, encoding="utf-8")
+        write_text_atomic(run.confined(listed), json.dumps([list(key) for key in episodes]) + "\n")
+    write_text_atomic(run.confined(slurm / f"{name}.sbatch"), array)
+    write_text_atomic(run.confined(slurm / f"merge-{number}.sbatch"), merge)
     array_job = sbatch(slurm / f"{name}.sbatch")
     try:
         merge_job = sbatch(slurm / f"merge-{number}.sbatch", f"--dependency=afterany:{array_job}")
@@ -218,19 +267,24 @@ def submit(submission: Submission, run_dir: Path, episodes: list[tuple[str, int]
         subprocess.run(["scancel", array_job], capture_output=True)
         raise
     jobs = [*submission.jobs, {"kind": kind, "array_job": array_job, "merge_job": merge_job, "shards": count}]
-    Submission(**{**asdict(submission), "jobs": jobs}).write(RunDir(run_dir).slurm_submissions)
+    replace(submission, jobs=jobs).write(run)
     what = f"{count} shards" if episodes is None else f"{len(episodes)} missing or errored episodes in {count} shards"
     return [
         f"submitted array job {array_job} ({what}) and merge job {merge_job} (after it) for {run_dir}",
         f"scripts, job ids and Slurm's output: {slurm}",
-        f"after the merge, if episodes are missing: vlaeval slurm --complete {shlex.quote(str(run_dir))}",
+        f"after the merge, if episodes are missing: {command_line(['vlaeval', 'slurm', '--complete', str(run_dir)])}",
     ]
 
 
-def still_queued(jobs: list[dict[str, Any]]) -> list[str]:
-    """This run's jobs that Slurm still holds (queued or running)."""
+def refuse_while_queued(jobs: list[dict[str, Any]]) -> None:
+    """``SpecError`` while Slurm still holds (queues or runs) one of a run's jobs: a new array beside
+    them would run their episodes a second time."""
     ours = {str(job.get(key)) for job in jobs for key in ("array_job", "merge_job")}
-    return sorted(ours & set(slurm_command("squeue", "-h", "-o", "%F %A").split()))
+    queued = sorted(ours & set(slurm_command("squeue", "-h", "-o", "%F %A").split())) if ours else []
+    if queued:
+        raise SpecError(
+            f"this run's jobs {', '.join(queued)} are still queued or running: wait for them, or scancel them"
+        )
 
 
 def incomplete_episodes(run_dir: Path) -> list[tuple[str, int]]:
@@ -243,29 +297,46 @@ def incomplete_episodes(run_dir: Path) -> list[tuple[str, int]]:
     return still_to_run(selection.episode_ids, LatestRecords.read(RunDir(run_dir)), "incomplete")
 
 
-def complete(run_dir: Path, dry_run: bool) -> list[str]:
-    """Submit what the run still misses, with the run's recorded pytest arguments (complete only
-    runs you submitted: they are what the jobs run) and this interpreter, not the recorded one."""
-    recorded = Submission.read(RunDir(run_dir).slurm_submissions)
+def check_identity(recorded: Submission, run_dir: Path, kept: Path) -> None:
+    """Before anything a submission records runs (even the collection that names its run, which
+    imports the workdir's ``conftest.py``): refuse a run directory of another user, a copy moved
+    away from where its command writes, and a record this account did not seal as it is now
+    (edited, or submitted by someone else)."""
     if run_dir.stat().st_uid != os.getuid():
         raise SpecError(
             f"{run_dir} belongs to another user: --complete runs the command it records; complete your own runs"
         )
-    submission = Submission(**{**asdict(recorded), "python": sys.executable})
+    if Path(recorded.run_dir) != run_dir:
+        raise SpecError(f"{kept} records the run at {recorded.run_dir}, not here: complete it where it was submitted")
+    expected = recorded.seal_with(submission_key(create=False))
+    if not hmac.compare_digest(recorded.seal.encode(), expected.encode()):  # bytes: a received seal may be any text
+        raise SpecError(
+            f"{kept} is not as this account submitted it (edited, or submitted by someone else): "
+            "--complete runs the command it records, so it refuses it"
+        )
+
+
+def complete(run_dir: Path, dry_run: bool) -> list[str]:
+    """Submit what the run still misses, with the run's recorded pytest arguments (complete only
+    runs you submitted: they are what the jobs run) and this interpreter, not the recorded one."""
+    kept = RunDir(run_dir).slurm_submissions
+    recorded = Submission.read(kept)
+    check_identity(recorded, run_dir, kept)
+    submission = replace(recorded, python=sys.executable)
     named = locate_run(submission.pytest_args, Path(submission.workdir), submission.shards).resolve()
-    if named != run_dir:  # a copy moved elsewhere: its jobs would write into another directory
-        raise SpecError(
-            f"the run's recorded command writes into {named}, not {run_dir}: complete it where it was submitted"
-        )
-    queued = still_queued(submission.jobs)
-    if queued:
-        raise SpecError(
-            f"this run's jobs {', '.join(queued)} are still queued or running: wait for them, or scancel them"
-        )
+    if named != run_dir:  # the workdir's settings changed since: the jobs would write into another directory
+        raise SpecError(f"the run's command now writes into {named}, not {run_dir}: submit it anew")
+    refuse_while_queued(submission.jobs)
+    if not RunDir(run_dir).fingerprint.exists() and not RunDir(run_dir).logs():
+        return [
+            f"no shard of {run_dir} started (no fingerprint.json, no episode log): submitting the whole run",
+            *submit(submission, run_dir, None, dry_run),
+        ]
     missing = incomplete_episodes(run_dir)
     if not missing:
         return [
-            f"every episode of {run_dir} has a completed record: nothing to submit (vlaeval merge {shlex.quote(str(run_dir))} summarises it)"
+            f"every episode of {run_dir} has a completed record: nothing to submit "
+            f"({command_line(['vlaeval', 'merge', str(run_dir)])} summarises it)"
         ]
     return submit(submission, run_dir, missing, dry_run)
 
@@ -301,10 +372,10 @@ def run(args: argparse.Namespace) -> int:
             lines = complete(args.complete.resolve(), args.dry_run)
         else:
             lines = _first(args, pytest_args)
-    except SpecError as exc:
-        print(f"vlaeval slurm: {exc}")
+    except (SpecError, ResultsUnwritable) as exc:
+        print(terminal_safe(f"vlaeval slurm: {exc}"))
         return 2
-    print("\n".join(lines))
+    print(terminal_lines("\n".join(lines)))
     return 0
 
 
@@ -333,10 +404,18 @@ def _first(args: argparse.Namespace, pytest_args: list[str]) -> list[str]:
         if value is not None
     ]
     run_dir = locate_run(pytest_args, Path.cwd(), args.shards).resolve()
-    if re.search(r"\s", str(run_dir)):
-        raise SpecError(f"{run_dir}: Slurm's #SBATCH --output cannot name a path with a space; choose --vla-results")
-    submission = Submission(pytest_args, args.shards, sbatch_options, merge_args, sys.executable, str(Path.cwd()))
+    if re.search(r"[\s\\]", str(run_dir)):  # Slurm drops a file name pattern's backslashes, and expands nothing
+        raise SpecError(
+            f"{run_dir}: Slurm's #SBATCH --output cannot name a path with a space or a backslash; "
+            "choose --vla-results or --vla-run-name"
+        )
+    submission = Submission(
+        pytest_args, args.shards, sbatch_options, merge_args, sys.executable, str(Path.cwd()), str(run_dir)
+    )
     kept = RunDir(run_dir).slurm_submissions
-    if kept.exists() and not args.dry_run:  # a later submission of the same run: its jobs are counted on
-        submission = Submission(**{**asdict(submission), "jobs": Submission.read(kept).jobs})
-    return submit(submission, run_dir, None, args.dry_run)
+    if args.dry_run:
+        return submit(submission, run_dir, None, dry_run=True)
+    jobs = Submission.read(kept).jobs if kept.exists() else []  # a later submission of the run: counted on
+    refuse_while_queued(jobs)
+    sealed = replace(submission, seal=submission.seal_with(submission_key(create=True)), jobs=jobs)
+    return submit(sealed, run_dir, None, dry_run=False)

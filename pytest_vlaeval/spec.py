@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 
 from pytest_vlaeval import spec_file
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.gate.stats import finite_mean
 
 DEFAULT_BENCHMARK = "mikasa"
 ALL_SPLITS = "all"
@@ -25,6 +28,10 @@ MAX_EPISODES = 100_000
 canonical protocols (4,500 MIKASA and 6,500 LIBERO episodes), and more simulation than a run
 finishes in weeks. Every process of a session collects each episode as a pytest item, so past
 this a run costs gigabytes before any episode runs."""
+MAX_GRID_CELLS = 10_000
+"""The most cells a benchmark's grid may declare (100 x 100; LIBERO-PRO's has 20): each cell is an
+entry of ``summary.json`` and of every report's table, so a few KB of group names must not make
+millions of them."""
 COLLECTED_BYTES_PER_EPISODE = 1800
 COLLECTED_SECONDS_PER_EPISODE = 0.0002
 """What one collected episode costs each process, as measured (resident memory; time on one
@@ -50,7 +57,11 @@ class Axis:
 
     @property
     def intervals(self) -> str:
-        return f"{self.summary}_ci95"
+        return spec_file.intervals_key(self.summary)
+
+    def written(self, group: str) -> str:
+        """A group as the canonical files write it (title-cased where the axis asks)."""
+        return group.title() if self.title_case else group
 
 
 SPLIT_AXIS = Axis("split", "split", SPLIT_SUMMARY)
@@ -68,8 +79,7 @@ class Task:
 
     def group(self, axis: Axis) -> str:
         """The task's group along ``axis``, as the canonical files write it."""
-        value = self.split if axis.field == SPLIT_AXIS.field else dict(self.groups)[axis.field]
-        return value.title() if axis.title_case else value
+        return axis.written(self.split if axis.field == SPLIT_AXIS.field else dict(self.groups)[axis.field])
 
     @property
     def marker_names(self) -> tuple[str, ...]:
@@ -114,10 +124,14 @@ class Extra:
     summary: str
 
     def reduced(self, values: list[float]) -> float | None:
+        """None without values, or for a sum beyond the float range (JSON has no infinity; every
+        episode's value stays in its record)."""
         if not values:
             return None
+        if self.reduce == "mean":
+            return finite_mean(values)
         total = sum(values)
-        return total if self.reduce == "sum" else total / len(values)
+        return total if math.isfinite(total) else None
 
 
 @dataclass(frozen=True)
@@ -146,6 +160,11 @@ class Reporting:
     mean_of_groups: Axis | None = None
     """An axis whose group SRs' unweighted mean ``summary.json`` also gives (Meta-World's difficulty:
     a paper's average of Easy/Medium/Hard/Very Hard, not LeRobot's pooled ``pc_success``)."""
+
+    @property
+    def mean_of_groups_key(self) -> str | None:
+        """``summary.json``'s key for that mean, where the file asks for one."""
+        return spec_file.mean_of_groups_key(self.mean_of_groups.field) if self.mean_of_groups else None
 
 
 @dataclass(frozen=True)
@@ -283,6 +302,7 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
         unknown = set(task.assets) - set(document.assets)
         if unknown:
             raise SpecError(f"benchmark file {path}: task {task.env_id} needs undeclared assets {sorted(unknown)}")
+    _check_selectors(axes, tasks, document.unavailable_splits, path)
     return Benchmark(
         name=document.name,
         title=document.title or document.name,
@@ -309,25 +329,14 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
         tasks=tasks,
         source=str(path),
         digest=content_digest(data),
-        reporting=_reporting(document, axes, path),
+        reporting=_reporting(document, axes, tasks, path),
         unavailable_splits=dict(document.unavailable_splits),
     )
 
 
-def _reporting(document: spec_file.BenchmarkFile, axes: tuple[Axis, ...], path: Path) -> Reporting:
-    grid = None
-    if document.grid is not None:
-        by_field = {a.field: a for a in axes}
-        for name in (document.grid.rows, document.grid.columns):
-            if name not in by_field:
-                raise SpecError(f"benchmark file {path}: grid axis {name!r} is not one of the axes {list(by_field)}")
-        grid = Grid(
-            rows=by_field[document.grid.rows],
-            columns=by_field[document.grid.columns],
-            row_groups=tuple(document.grid.row_groups),
-            column_groups=tuple(document.grid.column_groups),
-            total=document.grid.total,
-        )
+def _reporting(
+    document: spec_file.BenchmarkFile, axes: tuple[Axis, ...], tasks: tuple[Task, ...], path: Path
+) -> Reporting:
     by_field = {a.field: a for a in axes}
     if document.mean_of_groups and document.mean_of_groups not in by_field:
         raise SpecError(f"benchmark file {path}: mean_of_groups {document.mean_of_groups!r} is not one of the axes")
@@ -336,8 +345,53 @@ def _reporting(document: spec_file.BenchmarkFile, axes: tuple[Axis, ...], path: 
         result_fields=tuple(document.result_fields),
         extras=tuple(Extra(e.field, e.reduce, e.summary or e.field) for e in document.episode_extras),
         pooled_success_key=document.pooled_success_key,
-        grid=grid,
+        grid=_grid(document.grid, by_field, tasks, path) if document.grid else None,
     )
+
+
+def _grid(declared: spec_file.GridFile, by_field: dict[str, Axis], tasks: tuple[Task, ...], path: Path) -> Grid:
+    """The grid, when its cells are every task's place: two different axes, at most
+    ``MAX_GRID_CELLS`` cells, each group once, and every task's group along each axis among its
+    groups (written as the axis writes them), so that no task is left out of the total."""
+    for name in (declared.rows, declared.columns):
+        if name not in by_field:
+            raise SpecError(f"benchmark file {path}: grid axis {name!r} is not one of the axes {list(by_field)}")
+    if declared.rows == declared.columns:
+        raise SpecError(f"benchmark file {path}: grid rows and columns are both {declared.rows!r}; name two axes")
+    cells = len(declared.row_groups) * len(declared.column_groups)
+    if cells > MAX_GRID_CELLS:
+        raise SpecError(
+            f"benchmark file {path}: the grid declares {cells:,} cells "
+            f"({len(declared.row_groups):,} x {len(declared.column_groups):,}), more than {MAX_GRID_CELLS:,}"
+        )
+    grid = Grid(
+        rows=by_field[declared.rows],
+        columns=by_field[declared.columns],
+        row_groups=tuple(by_field[declared.rows].written(g) for g in declared.row_groups),
+        column_groups=tuple(by_field[declared.columns].written(g) for g in declared.column_groups),
+        total=declared.total,
+    )
+    for where, axis, groups in (
+        ("row_groups", grid.rows, grid.row_groups),
+        ("column_groups", grid.columns, grid.column_groups),
+    ):
+        counts = Counter(groups)
+        repeated = sorted(g for g, count in counts.items() if count > 1)
+        if repeated:
+            raise SpecError(
+                f"benchmark file {path}: grid.{where} lists {', '.join(map(repr, repeated))} more than once"
+            )
+        by_case = {g.lower(): g for g in groups}
+        for task in tasks:
+            group = task.group(axis)
+            if group not in counts:
+                near = by_case.get(group.lower())
+                hint = f" (it differs by case from {near!r})" if near else ""
+                raise SpecError(
+                    f"benchmark file {path}: task {task.env_id}'s {axis.field} {group!r} is not in grid.{where}"
+                    f"{hint}, so the grid's total would leave it out; list it there or correct the task"
+                )
+    return grid
 
 
 def _axes(declared: list[spec_file.AxisFile], path: Path) -> tuple[Axis, ...]:
@@ -366,11 +420,7 @@ def _axes(declared: list[spec_file.AxisFile], path: Path) -> tuple[Axis, ...]:
             )
         else:
             others.append(axis)
-    keys = [a.summary for a in (split, *others)]
-    fields = [a.field for a in (split, *others)]
-    if len(set(keys)) < len(keys) or len(set(fields)) < len(fields):
-        raise SpecError(f"benchmark file {path}: two axes share a field or a summary key: {fields}, {keys}")
-    return (split, *others)
+    return (split, *others)  # fields and summary keys are each used once (spec_file: _check_names, _check_keys)
 
 
 def _task(entry: spec_file.TaskFile, raw: dict[str, Any], axes: tuple[Axis, ...], path: Path) -> Task:
@@ -397,6 +447,21 @@ def _task(entry: spec_file.TaskFile, raw: dict[str, Any], axes: tuple[Axis, ...]
         assets=tuple(entry.assets),
         groups=tuple(groups),
     )
+
+
+def _check_selectors(axes: tuple[Axis, ...], tasks: tuple[Task, ...], unavailable: dict[str, str], path: Path) -> None:
+    """A selector (``FILE:NAME``, any case) names one thing: no split is called ``all``, and no split
+    this install cannot run is named like a group along another axis, which it would hide."""
+    if ALL_SPLITS in {t.split for t in tasks} | {name.lower() for name in unavailable}:
+        raise SpecError(f"benchmark file {path}: a split may not be called {ALL_SPLITS!r}, the selector of every task")
+    for axis in axes[1:]:
+        groups = {task.group(axis).lower() for task in tasks}
+        for name in unavailable:
+            if name.lower() in groups:
+                raise SpecError(
+                    f"benchmark file {path}: unavailable split {name!r} is named like a group along the axis "
+                    f"{axis.field!r}, so {name!r} could not select that group; rename the split"
+                )
 
 
 def content_digest(data: Any) -> str:

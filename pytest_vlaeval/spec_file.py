@@ -9,7 +9,10 @@ A benchmark file may come from anyone (a received run keeps the one it was made 
 - names become files, HTML attributes, node ids and result keys, so they follow identifier rules:
   an env id may be namespaced (``ALE/Pong-v5``) but never climbs out of a directory or holds the
   node id separator ``::``; axis fields and summary keys are identifiers (HTML lowercases attribute
-  names, so two may not differ by case alone), and never a key the canonical files already use;
+  names, so two may not differ by case alone);
+- every key the file names in the canonical files (``keys_made``: axis fields and summary keys,
+  their intervals, extras, the pooled and mean keys) is a key no other part of the file, and no
+  fixed key of those files, already makes: each is made once, or the file is refused;
 - env ids are unique, step limits positive, seeds non-negative.
 
 An env's own options (``obs_mode``, ``control_mode``...) are the benchmark's business, so ``env``
@@ -45,10 +48,14 @@ Module = Annotated[str, msgspec.Meta(pattern=MODULE, max_length=200)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 Seed = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
-RESERVED_TASK_KEYS = frozenset(TaskResult.__required_keys__ | TaskResult.__optional_keys__)
-"""Keys of ``<ENV_ID>.json`` that an axis field (a task's group goes under its field) may not take."""
-RESERVED_SUMMARY_KEYS = frozenset(Summary.__required_keys__ | Summary.__optional_keys__)
-"""Keys of ``summary.json`` that an axis's summary key (and its ``_ci95``) may not take."""
+TASK_FILE = "<ENV_ID>.json"
+SUMMARY_FILE = "summary.json"
+FIXED_KEYS = {
+    TASK_FILE: frozenset(TaskResult.__required_keys__ | TaskResult.__optional_keys__),
+    SUMMARY_FILE: frozenset(Summary.__required_keys__ | Summary.__optional_keys__),
+}
+"""The keys each canonical file has whatever the benchmark (the split's are among them), which no
+key the benchmark file names may take."""
 
 
 class EnvFile(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
@@ -142,6 +149,44 @@ PATTERNS = {
 """What each pattern means, for the one line a refused value gets."""
 
 
+def intervals_key(summary_key: str) -> str:
+    """The ``summary.json`` key of the 95% intervals of the group SRs under ``summary_key``."""
+    return f"{summary_key}_ci95"
+
+
+def mean_of_groups_key(field: str) -> str:
+    """The ``summary.json`` key of the unweighted mean of the group SRs along the axis ``field``."""
+    return f"sr_mean_of_{field}"
+
+
+def keys_made(document: BenchmarkFile) -> dict[str, list[tuple[str, str]]]:
+    """Every key the benchmark file names in each canonical file, as ``(the file's field that makes
+    it, key)`` in the order the writer makes them; the files' fixed keys (``FIXED_KEYS``, the split's
+    among them) are not listed. The canonical writer makes exactly these (``results.canonical``)."""
+    axes = [(f"axes[{i}]", axis) for i, axis in enumerate(document.axes) if axis.field != "split"]
+    extras = [
+        (f"episode_extras[{i}].{'summary' if extra.summary else 'field'}", extra.summary or extra.field)
+        for i, extra in enumerate(document.episode_extras)
+    ]
+    summaries = [(f"{where}.summary", axis.summary) for where, axis in axes if axis.summary]
+    pooled = document.pooled_success_key
+    mean = document.mean_of_groups
+    return {
+        TASK_FILE: [
+            *((f"{where}.field", axis.field) for where, axis in axes),
+            *((f"result_fields[{i}]", name) for i, name in enumerate(document.result_fields)),
+            *extras,
+        ],
+        SUMMARY_FILE: [
+            *summaries,
+            *((f"{where} + '_ci95'", intervals_key(key)) for where, key in summaries),
+            *extras,
+            *([("pooled_success_key", pooled)] if pooled else []),
+            *([("mean_of_groups", mean_of_groups_key(mean))] if mean else []),
+        ],
+    }
+
+
 def read_yaml(path: Path) -> Any:
     """The file's YAML, without aliases, or ``SpecError`` in one line."""
     try:
@@ -190,6 +235,7 @@ def parse(data: Any, path: Path) -> tuple[BenchmarkFile, EnvFile, dict[str, Any]
     env = _convert(document.env, EnvFile, path, "env")
     tasks = [_convert(entry, TaskFile, path, f"tasks[{i}]") for i, entry in enumerate(document.tasks)]
     _check_names(document, tasks, path)
+    _check_keys(document, path)
     _check_reporting(document, options, tasks, path)
     return document, env, options, tasks
 
@@ -207,7 +253,7 @@ def _convert(value: Any, kind: type, path: Path, where: str) -> Any:
 
 
 def _check_names(document: BenchmarkFile, tasks: list[TaskFile], path: Path) -> None:
-    """Unique env ids; axis fields and summary keys that no canonical key already uses."""
+    """Unique env ids and axis fields (letter case aside: HTML lowercases attribute names)."""
     ids = [task.env_id for task in tasks]
     repeated = sorted({env_id for env_id in ids if ids.count(env_id) > 1}) if len(set(ids)) < len(ids) else []
     if repeated:
@@ -215,41 +261,31 @@ def _check_names(document: BenchmarkFile, tasks: list[TaskFile], path: Path) -> 
     lowered = [axis.field.lower() for axis in document.axes]
     if len(set(lowered)) < len(lowered):
         raise SpecError(
-            f"benchmark file {path}: two axis fields differ by case alone: {[a.field for a in document.axes]}"
+            f"benchmark file {path}: two axes have one field (letter case aside): {[a.field for a in document.axes]}"
         )
-    for axis in document.axes:
-        if axis.field != "split" and axis.field in RESERVED_TASK_KEYS:
-            raise SpecError(
-                f"benchmark file {path}: axis field {axis.field!r} is a key of every <ENV_ID>.json; choose another"
-            )
-        if axis.summary and axis.field != "split":
-            taken = {axis.summary, f"{axis.summary}_ci95"} & RESERVED_SUMMARY_KEYS
-            if taken:
+
+
+def _check_keys(document: BenchmarkFile, path: Path) -> None:
+    """Each key of a canonical file is made once: a key the file names that its fixed keys or
+    another field of the file already make would overwrite that value (``keys_made``)."""
+    for file, made in keys_made(document).items():
+        makers: dict[str, str | None] = dict.fromkeys(FIXED_KEYS[file])
+        for where, key in made:
+            if key in makers:
+                first = makers[key]
+                already = f"already made by {first}" if first else "one it always has"
                 raise SpecError(
-                    f"benchmark file {path}: axis summary key {axis.summary!r} is a key of summary.json "
-                    f"({', '.join(sorted(taken))}); choose another"
+                    f"benchmark file {path}: {where} would write over the key {key!r} of {file}, {already}; "
+                    "choose another"
                 )
+            makers[key] = where
 
 
 def _check_reporting(document: BenchmarkFile, options: dict[str, Any], tasks: list[TaskFile], path: Path) -> None:
-    """Result fields that name env options; extras, pooled and axis keys that take no canonical key
-    and no other's; unavailable splits that are not also splits with tasks."""
-    fields = {axis.field for axis in document.axes}
+    """Result fields that name env options; unavailable splits that are not also splits with tasks."""
     for name in document.result_fields:
         if name not in options:
             raise SpecError(f"benchmark file {path}: result field {name!r} is not an option of env")
-        if name in RESERVED_TASK_KEYS | fields:
-            raise SpecError(f"benchmark file {path}: result field {name!r} is a key <ENV_ID>.json already has")
-    taken = {axis.summary for axis in document.axes if axis.summary} | fields
-    for extra in document.episode_extras:
-        key = extra.summary or extra.field
-        clash = ({key} & (RESERVED_TASK_KEYS | RESERVED_SUMMARY_KEYS | taken)) or ({key} & set(document.result_fields))
-        if clash:
-            raise SpecError(f"benchmark file {path}: episode extra {extra.field!r} would write over the key {key!r}")
-        taken.add(key)
-    pooled = document.pooled_success_key
-    if pooled and pooled in RESERVED_SUMMARY_KEYS | taken:
-        raise SpecError(f"benchmark file {path}: pooled_success_key {pooled!r} is a key summary.json already has")
     splits = {task.split.lower() for task in tasks}
     runnable = sorted(splits & {name.lower() for name in document.unavailable_splits})
     if runnable:

@@ -8,7 +8,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -209,6 +210,43 @@ def make_interpreter(home: Path) -> Path:
     return home / "bin" / "python"
 
 
+def make_interpreter_with_own_copy(home: Path, leave_out: tuple[str, ...] = ()) -> Path:
+    """A second virtual env at ``home`` holding its own copy of this package (laid out as a wheel
+    installs it, with its metadata at this version: ``package_copy(home)`` is its folder, to
+    change), every other entry of this env's site-packages linked in but those whose name starts
+    with one in ``leave_out``. Returns its python."""
+    import importlib.metadata
+    import shutil
+    import sysconfig
+
+    from pytest_vlaeval.version import __version__
+
+    this_env = Path(sys.prefix)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = home / ours.relative_to(this_env)
+    theirs.mkdir(parents=True)
+    (home / "bin").mkdir()
+    (home / "bin" / "python").symlink_to(Path(sys._base_executable).resolve())
+    (home / "pyvenv.cfg").write_text((this_env / "pyvenv.cfg").read_text())
+    for entry in ours.iterdir():  # this env's editable finder would import the clone, not the copy
+        if not entry.name.startswith(("__editable__", "pytest_vlaeval", *leave_out)):
+            (theirs / entry.name).symlink_to(entry)
+    metadata = theirs / f"pytest_vlaeval-{__version__}.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text(f"Metadata-Version: 2.1\nName: pytest-vlaeval\nVersion: {__version__}\n")
+    entry_points = importlib.metadata.distribution("pytest-vlaeval").read_text("entry_points.txt")
+    (metadata / "entry_points.txt").write_text(entry_points or "")
+    caches = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "pytest_vlaeval", theirs / "pytest_vlaeval", ignore=caches)
+    shutil.copytree(ROOT / "benchmarks", theirs / "pytest_vlaeval" / "benchmarks", ignore=caches)
+    return home / "bin" / "python"
+
+
+def package_copy(home: Path) -> Path:
+    """The folder of the package copy in an interpreter made by ``make_interpreter_with_own_copy``."""
+    return next(home.glob("lib/python3*/site-packages/pytest_vlaeval"))
+
+
 def capped_benchmark(name: str, steps: int, directory: Path) -> Path:
     """A copy of built-in ``benchmarks/<name>.yaml`` in ``directory`` with every step budget cut
     to ``steps`` (a CI-sized episode; everything else canonical)."""
@@ -247,3 +285,13 @@ def digesting_session(directory: Path, *args: str) -> tuple[subprocess.Completed
     proc = subprocess.run([*command, *args], cwd=directory, env=env, capture_output=True, text=True, timeout=900)
     (run_dir,) = (directory / "results").iterdir()
     return proc, run_dir, read_digests(directory / "digests")
+
+
+def peak_bytes(call: Callable[[], object]) -> int:
+    """The most memory Python allocated while ``call`` ran, beyond what was allocated before."""
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

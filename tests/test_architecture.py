@@ -111,7 +111,7 @@ def test_no_import_cycles() -> None:
 
 
 LAYERS = (
-    ("errors", "importing", "choices", "version", "termination"),
+    ("errors", "importing", "choices", "version", "termination", "printable"),
     ("spec", "spec_file"),
     ("policy",),
     ("gate",),
@@ -220,7 +220,17 @@ def test_plugin_imports_only_pytest_and_the_standard_library() -> None:
     ours = {name for name in imported if name.startswith(NAME)}
     leaves = {
         f"{NAME}.choices",
-        *(f"{NAME}.choices.{name}" for name in ("LIVE_MODES", "RENDER_BACKENDS", "VIDEO_MODES", "in_range")),
+        *(
+            f"{NAME}.choices.{name}"
+            for name in (
+                "EPISODE_LIST_MAX_MIB",
+                "LIVE_MODES",
+                "RENDER_BACKENDS",
+                "VIDEO_MODES",
+                "in_range",
+                "non_empty",
+            )
+        ),
     }
     assert ours <= {f"{NAME}.configure", f"{NAME}.configure.start", *leaves}
     for leaf in (f"{NAME}.choices", f"{NAME}.version"):  # the leaf, and the package's __init__ it runs

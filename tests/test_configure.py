@@ -74,6 +74,26 @@ def test_numeric_options_out_of_range_stop_in_one_line_before_anything_runs(
     assert not (fake.path / "results").exists()
 
 
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("--policy=", "argument --policy: is empty: name a policy, e.g. --policy=random"),
+        ("--policy= ", "argument --policy: is empty: name a policy, e.g. --policy=random"),
+        (
+            "--vla-serve=",
+            "argument --vla-serve: is empty: name the policy to serve, e.g. --vla-serve=my_pkg.policies:make_policy",
+        ),
+    ],
+)
+def test_an_empty_policy_is_refused_as_parsed_not_read_as_the_default(
+    fake: pytest.Pytester, option: str, expected: str
+) -> None:
+    """``--policy=`` (a variable that expanded to nothing) once ran the default ``random`` policy."""
+    result = fake.runpytest(*SHORT, option)
+    assert_one_line_usage_error(result, expected)
+    assert not (fake.path / "results").exists()
+
+
 def test_a_policy_attribute_typo_stops_before_any_worker_starts(fake: pytest.Pytester) -> None:
     fake.makepyfile(policies=CONFIGURED)
     result = fake.runpytest(*SHORT, "--policy=policies:Configurd", "-n", "2")

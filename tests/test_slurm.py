@@ -8,21 +8,32 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from helpers import episode_records, read_json
 from slurm_cluster import one_node_cluster, wait_for_jobs
 
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.slurm import Submission, submission_key
+
 pytestmark = pytest.mark.slurm
 
 RUN = ["--benchmark=fake.yaml:short", "--policy=random", "--vla-results=cluster"]
 JOBS_S = 240
+
+
+@pytest.fixture(autouse=True)
+def own_key(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key that seals submissions, in a folder of this test's (for vlaeval slurm and the test alike)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +122,39 @@ def test_a_cancelled_array_task_is_completed_with_exactly_what_it_missed(
     for name, content in before.items():
         assert (run / "episodes" / name).read_bytes() == content, "the first array's logs are left as they were"
     assert read_json(run / "summary.json")["partial"] is False
+
+
+def test_a_second_submission_of_a_queued_run_is_refused(fake: pytest.Pytester, cluster: dict[str, str]) -> None:
+    fake.makepyfile(spy_policies=(Path(__file__).parent / "spy_policies.py").read_text())
+    run_args = [*RUN[:1], "--policy=spy_policies:Slow", "--vla-results=cluster", "--episodes=30"]  # a minute's work
+    jobs = submitted(vlaeval_slurm(fake, cluster, "--shards", "3", "--", *run_args))
+    again = vlaeval_slurm(fake, cluster, "--shards", "3", "--", *run_args)
+    subprocess.run(["scancel", *jobs], env={**os.environ, **cluster}, check=True)
+    assert again.returncode == 2, again.stdout + again.stderr
+    queued = f"this run's jobs {', '.join(sorted(jobs))} are still queued or running: wait for them, or scancel them"
+    assert again.stdout == f"vlaeval slurm: {queued}\n"
+    wait_for_jobs(cluster, jobs, JOBS_S)
+    (run,) = (fake.path / "cluster").iterdir()
+    assert not (run / "slurm" / "array-2.sbatch").exists()
+    assert [job["array_job"] for job in read_json(run / "slurm" / "submissions.json")["jobs"]] == [jobs[0]]
+
+
+def test_a_run_named_with_a_percent_sign_runs_and_merges(fake: pytest.Pytester, cluster: dict[str, str]) -> None:
+    jobs = submitted(vlaeval_slurm(fake, cluster, "--shards", "2", "--", *RUN, "--vla-run-name=r%jx"))
+    wait_for_jobs(cluster, jobs, JOBS_S)
+    run = fake.path / "cluster" / "r%jx"
+    assert "episodes: 6 completed, 0 errors, 0 missing of 6" in merge_output(run, 1)
+    assert len(list((run / "slurm" / "logs").glob("array-1_*.out"))) == 2
+
+
+def test_complete_submits_the_whole_run_when_no_shard_started(fake: pytest.Pytester, cluster: dict[str, str]) -> None:
+    """Every task of the first array ended before its pytest wrote anything (cancelled while queued,
+    a node lost): no fingerprint, no episode log."""
+    run = submitted_record(fake, jobs=("999990", "999991"))
+    done = vlaeval_slurm(fake, cluster, "--complete", str(run))
+    assert done.stdout.startswith(f"no shard of {run} started (no fingerprint.json, no episode log)"), done.stdout
+    wait_for_jobs(cluster, submitted(done), JOBS_S)
+    assert "episodes: 6 completed, 0 errors, 0 missing of 6" in merge_output(run, 2)
 
 
 def test_a_killed_shard_leaves_a_partial_run_that_names_what_is_missing(
@@ -219,6 +263,15 @@ def test_a_dry_run_prints_both_scripts_and_submits_nothing(fake: pytest.Pytester
     assert not (fake.path / "cluster").exists(), "a dry run writes nothing"
 
 
+def test_a_run_name_with_a_percent_sign_is_escaped_where_slurm_expands_it(fake: pytest.Pytester) -> None:
+    done = vlaeval_slurm(fake, {}, "--dry-run", "--", *RUN, "--vla-run-name=r%jx")
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = fake.path / "cluster" / "r%%jx" / "slurm" / "logs"
+    assert f"#SBATCH --output={logs}/array-1_%A_%a.out\n" in done.stdout, done.stdout
+    assert f"#SBATCH --output={logs}/merge-1_%j.out\n" in done.stdout, done.stdout
+    assert f"merge {fake.path / 'cluster' / 'r%jx'}\n" in done.stdout, "only Slurm's file names are patterns"
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -230,6 +283,7 @@ def test_a_dry_run_prints_both_scripts_and_submits_nothing(fake: pytest.Pytester
         (["--max-drop", "0.1", "--", *RUN], "--max-drop and --alpha set the merge's gate against --baseline DIR"),
         ([], "give the run's pytest arguments after --"),
         (["--complete", "nowhere"], "was the run submitted with vlaeval slurm?"),
+        (["--", *RUN, "--vla-run-name=a\\b"], "cannot name a path with a space or a backslash"),
     ],
 )
 def test_what_cannot_be_submitted_is_one_line_before_anything_is_written(
@@ -241,19 +295,74 @@ def test_what_cannot_be_submitted_is_one_line_before_anything_is_written(
     assert not (fake.path / "cluster").exists()
 
 
-def test_complete_refuses_a_moved_copy_and_a_damaged_record(fake: pytest.Pytester) -> None:
-    """--complete runs the command a run directory records: on a copy moved elsewhere that command
-    would write into the original, so it is refused; a damaged record of the jobs is one line."""
-    moved = fake.path / "elsewhere" / "fake-short-random"
-    (moved / "slurm").mkdir(parents=True)
-    record = {
-        "pytest_args": RUN, "shards": 2, "sbatch": {}, "merge_args": [], "python": "/bin/false",
-        "workdir": str(fake.path), "jobs": [{"kind": "array", "array_job": "7", "merge_job": "8", "shards": 2}],
-    }  # fmt: skip
-    (moved / "slurm" / "submissions.json").write_text(json.dumps(record))
-    done = vlaeval_slurm(fake, {}, "--complete", str(moved))
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert f"writes into {fake.path / 'cluster' / 'fake-short-random'}, not {moved}" in done.stdout
-    (moved / "slurm" / "submissions.json").write_text(json.dumps({**record, "jobs": [{"array_job": "7; rm -rf /"}]}))
-    done = vlaeval_slurm(fake, {}, "--complete", str(moved))
+def test_a_linked_slurm_folder_is_refused_never_written_through(fake: pytest.Pytester, tmp_path: Path) -> None:
+    """The scripts and job ids go into the run's slurm/ folder: a link there (a received run's)
+    is refused in one line before anything is written or submitted, never followed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = fake.path / "cluster" / "fake-short-random"
+    run.mkdir(parents=True)
+    (run / "slurm").symlink_to(outside)
+    done = vlaeval_slurm(fake, {}, "--shards", "2", "--", *RUN)
+    assert done.returncode == 2 and "is a symbolic link" in done.stdout, done.stdout + done.stderr
+    assert len(done.stdout.strip().splitlines()) == 1
+    assert not list(outside.iterdir()), "nothing written through the link"
+
+
+def submitted_record(fake: pytest.Pytester, jobs: tuple[str, str] = ("7", "8")) -> Path:
+    """A run directory as ``vlaeval slurm --shards 2 -- RUN`` leaves it, sealed with this account's key."""
+    run = fake.path / "cluster" / "fake-short-random"
+    (run / "slurm").mkdir(parents=True)
+    submission = Submission(RUN, 2, {}, [], sys.executable, str(fake.path), str(run))
+    job = {"kind": "array", "array_job": jobs[0], "merge_job": jobs[1], "shards": 2}
+    sealed = replace(submission, seal=submission.seal_with(submission_key(create=True)), jobs=[job])
+    sealed.write(RunDir(run))
+    return run
+
+
+def rewrite(record: Path, **changes: object) -> None:
+    record.write_text(json.dumps({**json.loads(record.read_text()), **changes}))
+
+
+def test_complete_runs_nothing_of_a_record_it_cannot_trust(fake: pytest.Pytester, tmp_path: Path) -> None:
+    """--complete runs the command a run directory records (its collection imports the workdir's
+    conftest.py): an edited record, a received one and a moved copy are refused before any of it runs."""
+    marker = tmp_path / "conftest-ran"
+    (fake.path / "planted").mkdir()
+    (fake.path / "planted" / "conftest.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    run = submitted_record(fake)
+    record = run / "slurm" / "submissions.json"
+    untrusted = "is not as this account submitted it (edited, or submitted by someone else)"
+
+    rewrite(record, workdir=str(fake.path / "planted"))  # my own run, edited
+    done = vlaeval_slurm(fake, {}, "--complete", str(run))
+    assert done.returncode == 2 and untrusted in done.stdout, done.stdout + done.stderr
+
+    received = fake.path / "received" / run.name  # a copy from elsewhere: the command runs inside it
+    (received / "slurm").mkdir(parents=True)
+    shutil.copytree(fake.path / "planted", received / "planted")
+    (received / "slurm" / "submissions.json").write_text(record.read_text())
+    rewrite(received / "slurm" / "submissions.json", workdir="planted", run_dir=str(received), seal="\u00e9" * 64)
+    done = vlaeval_slurm(fake, {}, "--complete", str(received))
+    assert done.returncode == 2 and untrusted in done.stdout, done.stdout + done.stderr
+    assert len(done.stdout.splitlines()) == 1 and not done.stderr
+
+    rewrite(received / "slurm" / "submissions.json", run_dir=str(run))  # one that names where it came from
+    done = vlaeval_slurm(fake, {}, "--complete", str(received))
+    assert done.returncode == 2 and f"records the run at {run}, not here" in done.stdout, done.stdout
+    assert not marker.exists(), "nothing the records name was run"
+
+    rewrite(record, jobs=[{"array_job": "7; rm -rf /"}])
+    done = vlaeval_slurm(fake, {}, "--complete", str(run))
     assert done.returncode == 2 and "its jobs are not a list of Slurm job ids" in done.stdout, done.stdout
+
+
+def test_complete_needs_the_key_of_the_account_that_submitted(fake: pytest.Pytester) -> None:
+    run = submitted_record(fake)
+    key = Path(os.environ["XDG_CONFIG_HOME"]) / "pytest-vlaeval" / "slurm.key"
+    key.chmod(0o644)
+    done = vlaeval_slurm(fake, {}, "--complete", str(run))
+    assert done.returncode == 2 and f"{key}: the key that seals submissions must be yours" in done.stdout
+    key.unlink()
+    done = vlaeval_slurm(fake, {}, "--complete", str(run))
+    assert done.returncode == 2 and f"{key} is missing: no run was submitted" in done.stdout, done.stdout

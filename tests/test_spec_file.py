@@ -3,14 +3,24 @@ names the field (``spec_file``), whatever the file holds."""
 
 from __future__ import annotations
 
+import copy
+import json
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from helpers import assert_one_line_usage_error
+from helpers import assert_one_line_usage_error, record
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.spec import load_benchmark, resolve_benchmark
+from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, summary_axes
+from pytest_vlaeval.results.canonical import summary
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.spec import ALL_SPLITS, load_benchmark, resolve_benchmark, select
 
 BASE = """\
 name: toy
@@ -89,20 +99,58 @@ REFUSED = {
             ("axes:\n", "axes:\n  - {field: Family, summary: sr_per_family2}\n"),
             ("family: f1", "family: f1, Family: f2"),
         ),
-        "two axis fields differ by case alone",
+        "two axes have one field (letter case aside)",
     ),
     # L3: names the canonical files already use
     "axis field sr": (
         edited(("field: family", "field: sr"), ("family: f1", "sr: f1")),
-        "axis field 'sr' is a key of every <ENV_ID>.json",
+        "axes[0].field would write over the key 'sr' of <ENV_ID>.json, one it always has",
     ),
     "axis field successes": (
         edited(("field: family", "field: successes"), ("family: f1", "successes: f1")),
-        "axis field 'successes' is a key",
+        "axes[0].field would write over the key 'successes' of <ENV_ID>.json",
     ),
     "summary key sr_split": (
         edited(("summary: sr_per_family", "summary: sr_split")),
-        "axis summary key 'sr_split' is a key of summary.json",
+        "axes[0].summary would write over the key 'sr_split' of summary.json, one it always has",
+    ),
+    # D11: names that another field of the file already makes
+    "an extra on an axis's intervals": (
+        BASE + "episode_extras:\n  - {field: bar, reduce: mean, summary: sr_per_family_ci95}\n",
+        "episode_extras[0].summary would write over the key 'sr_per_family_ci95' of summary.json, "
+        "already made by axes[0].summary + '_ci95'; choose another",
+    ),
+    "the pooled key on an axis's intervals": (
+        BASE + "pooled_success_key: sr_per_family_ci95\n",
+        "pooled_success_key would write over the key 'sr_per_family_ci95' of summary.json, "
+        "already made by axes[0].summary + '_ci95'",
+    ),
+    "an axis's summary on the mean of its groups": (
+        edited(("summary: sr_per_family", "summary: sr_mean_of_family")) + "mean_of_groups: family\n",
+        "mean_of_groups would write over the key 'sr_mean_of_family' of summary.json, already made by axes[0].summary",
+    ),
+    "the pooled key on the mean of groups": (
+        BASE + "mean_of_groups: family\npooled_success_key: sr_mean_of_family\n",
+        "mean_of_groups would write over the key 'sr_mean_of_family' of summary.json, "
+        "already made by pooled_success_key",
+    ),
+    "an extra on the mean of groups": (
+        BASE + "mean_of_groups: family\nepisode_extras:\n  - {field: sr_mean_of_family, reduce: sum}\n",
+        "mean_of_groups would write over the key 'sr_mean_of_family' of summary.json, "
+        "already made by episode_extras[0].field",
+    ),
+    "an extra on the pooled key": (
+        BASE + "pooled_success_key: pc_success\nepisode_extras:\n  - {field: bar, reduce: sum, summary: pc_success}\n",
+        "pooled_success_key would write over the key 'pc_success' of summary.json, "
+        "already made by episode_extras[0].summary",
+    ),
+    "two extras on one key": (
+        BASE + "episode_extras:\n  - {field: bar, reduce: sum, summary: x}\n  - {field: x, reduce: mean}\n",
+        "episode_extras[1].field would write over the key 'x' of <ENV_ID>.json, already made by episode_extras[0].summary",
+    ),
+    "an extra on a result field": (
+        BASE + "result_fields: [obs_mode]\nepisode_extras:\n  - {field: obs_mode, reduce: sum}\n",
+        "episode_extras[0].field would write over the key 'obs_mode' of <ENV_ID>.json, already made by result_fields[0]",
     ),
     "a task without its group": (edited((", family: f1", "")), "task A-v0 needs a text 'family'"),
     # S4: aliases
@@ -156,3 +204,129 @@ def test_a_session_with_a_bad_benchmark_file_stops_in_one_line(fake: pytest.Pyte
     assert_one_line_usage_error(result, "uses YAML aliases")
     assert not (fake.path / "results").exists()
     assert resolve_benchmark(str(fake.path / "fake.yaml"))[0].name == "fake"
+
+
+FULL = {
+    "grid": {
+        "rows": "base",
+        "columns": "change",
+        "row_groups": ["b1", "b2"],
+        "column_groups": ["obj", "env"],
+        "total": "t",
+    },
+    "episode_extras": [{"field": "bar", "reduce": "mean", "summary": "mean_bar"}],
+    "pooled_success_key": "pc_success",
+    "mean_of_groups": "change",
+    "axes": [
+        {"field": "split", "label": "suite", "title_case": True},
+        {"field": "base", "summary": "sr_per_base"},
+        {"field": "change", "summary": "sr_per_change"},
+    ],
+    "unavailable_splits": {"b1_env": "no scenes"},
+    "result_fields": ["mode"],
+    "tasks": [
+        {"env_id": "B1-obj", "split": "b1_obj", "base": "b1", "change": "obj", "max_steps": 4},
+        {"env_id": "B2-obj", "split": "b2_obj", "base": "b2", "change": "obj", "max_steps": 4},
+    ],
+    "protocol": {"start_seed": 0, "episodes": 2},
+    "env": {"factory": "toy:make_env", "action_dim": 2, "policy_obs_keys": ["pos"], "mode": "m1"},
+    "name": "toy",
+}
+"""A valid file that uses every part of the schema, the parts between which names can clash first
+(an edit picks the first places most often): what the structured strategy edits."""
+FULL_TEXT = yaml.safe_dump(FULL, sort_keys=False).encode()
+
+NAMES = sorted(
+    {"base", "change", "split", "mode", "bar", "b1", "B1", "b2", "obj", "env", "all", "b1_env", "sr", "n_errors"}
+    | {"sr_split", "sr_per_base", "sr_per_base_ci95", "sr_per_change_ci95", "sr_mean_of_change", "sr_mean_of_base"}
+    | {"pc_success", "mean_bar"}
+)
+"""Values that are names in ``FULL`` (its axes, groups, splits, keys) or keys a summary has."""
+WORDS = sorted(
+    {*NAMES, *FULL, *FULL["env"], *FULL["grid"], "field", "summary", "label", "reduce", "title_case", "env_id"}
+    | {"sum", "mean", "ALE/x-v0", "../x"}
+)
+"""Keys and values that are each valid somewhere in a benchmark file, or name a key it makes."""
+LEAVES = st.one_of(st.sampled_from(WORDS), st.integers(-1, 3), st.booleans(), st.none(), st.text(max_size=4))
+VALUES = st.recursive(
+    LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(WORDS), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _edit(draw: Any, node: dict | list) -> None:
+    """One edit somewhere below ``node``, mostly of a value's kind (a word for a word), so that most
+    files stay well-formed and reach the checks between fields: a value replaced, or a key or item
+    added or removed."""
+    places = list(node) if isinstance(node, dict) else list(range(len(node)))
+    action = draw(st.sampled_from(["replace", "replace", "add", "remove"])) if places else "add"
+    if action == "add" and isinstance(node, list):
+        node.append(copy.deepcopy(node[-1]) if node and draw(st.booleans()) else draw(VALUES))
+    elif action == "add":
+        node[draw(st.sampled_from(WORDS))] = draw(st.sampled_from(WORDS) | VALUES)
+    else:
+        place = draw(st.sampled_from(places))
+        child = node[place]
+        if isinstance(child, (dict, list)) and child and draw(st.integers(0, 7)):
+            _edit(draw, child)
+        elif action == "remove":
+            del node[place]
+        else:
+            alike = {str: st.sampled_from(NAMES), int: st.integers(-1, 3), bool: st.booleans()}.get(type(child))
+            node[place] = draw(VALUES if alike is None or not draw(st.integers(0, 4)) else alike)
+
+
+@st.composite
+def near_valid_files(draw: Any) -> bytes:
+    """``FULL`` after a few edits: deeper than random bytes reach, into the checks between fields."""
+    document = copy.deepcopy(FULL)
+    for _ in range(draw(st.integers(0, 3))):
+        _edit(draw, document)
+    return yaml.safe_dump(document, sort_keys=False).encode()
+
+
+@st.composite
+def spliced_files(draw: Any) -> bytes:
+    """``FULL``'s text with a stretch of it replaced by random bytes."""
+    start = draw(st.integers(0, len(FULL_TEXT)))
+    end = draw(st.integers(start, min(len(FULL_TEXT), start + 40)))
+    return FULL_TEXT[:start] + draw(st.binary(max_size=40)) + FULL_TEXT[end:]
+
+
+def _load_and_summarise(content: bytes) -> None:
+    """What a session and merge do with a benchmark file: load it, or stop in one line naming the
+    file; a file that loads gives a summary every report reads."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bench.yaml"
+        path.write_bytes(content)
+        try:
+            benchmark = load_benchmark(path)
+        except SpecError as exc:
+            assert str(path) in str(exc) and "\n" not in str(exc), str(exc)
+            return
+        latest = LatestRecords(RunDir(Path(folder)))
+        for task in benchmark.tasks:
+            latest.add(record(task.env_id, benchmark.start_seed, "success"))
+        body, _ = summary(select(benchmark, ALL_SPLITS, episodes=1), latest, interrupted=False)
+        json.dumps(body, allow_nan=False)
+        for axis in summary_axes(body):
+            assert len(group_rates(axis, body)) == len(benchmark.groups(axis))
+        grid = benchmark.reporting.grid
+        if grid:  # every task is in a cell of the grid's total
+            cells = body["grid"]["cells"]
+            assert all(cells[task.group(grid.rows)][task.group(grid.columns)] == 1.0 for task in benchmark.tasks)
+        assert grid_table(body) is not None or not grid
+        assert other_numbers(body)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.binary(max_size=1000), spliced_files()))
+def test_any_bytes_as_a_benchmark_file_load_or_are_one_line(content: bytes) -> None:
+    _load_and_summarise(content)
+
+
+@settings(max_examples=200, deadline=None)
+@given(near_valid_files())
+def test_a_near_valid_benchmark_file_loads_into_a_summary_or_is_one_line(content: bytes) -> None:
+    _load_and_summarise(content)

@@ -8,7 +8,6 @@ not a terminal), so it sits in pytest's own summary section and never interleave
 from __future__ import annotations
 
 import io
-import shlex
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from pytest_vlaeval.gate.sequential_gate import SequentialResult
 from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED, Verdict
+from pytest_vlaeval.printable import command_line, terminal_safe
 from pytest_vlaeval.report.axes import group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.schema import Summary, TaskResult
@@ -51,7 +51,8 @@ def render_summary(
     unwritten: Sequence[str] = (),
 ) -> None:
     tr = terminalreporter
-    tr.write_sep("=", f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy_spec}")
+    title = f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy_spec}"
+    tr.write_sep("=", terminal_safe(title))
     if per_task:
         tr.write(_tables(tr, summary, per_task))
     tr.write_line(
@@ -83,7 +84,8 @@ def render_summary(
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
     if run.merged_later:
         tr.write_line(
-            f"this shard wrote its episode log only: the run's files are written by: vlaeval merge {shlex.quote(str(run.run_dir))}"
+            "this shard wrote its episode log only: the run's files are written by: "
+            + command_line(["vlaeval", "merge", str(run.run_dir)])
         )
     for line in unwritten:
         tr.write_line(f"not written: {line}", yellow=True, bold=True)
@@ -97,6 +99,11 @@ def render_summary(
 def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    def text(value: object) -> Text:
+        """A name from the benchmark file as written: never rich markup, never a control sequence."""
+        return Text(terminal_safe(str(value)))
 
     buffer = io.StringIO()
     width = max(shutil.get_terminal_size().columns, 120)  # the terminal's width, as pytest's own writer sees it
@@ -106,7 +113,7 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     tasks = Table(show_edge=False)
     for column, justify in (
         ("task", "left"),
-        *((axis.label, "left") for axis in axes),
+        *((text(axis.label), "left") for axis in axes),
         ("episodes", "right"),
         ("SR [Wilson 95% CI]", "right"),
         ("mean return", "right"),
@@ -116,7 +123,7 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     for result in per_task:
         tasks.add_row(
             result["env_id"],
-            *(str(result[axis.field]) for axis in axes),  # type: ignore[literal-required]
+            *(text(result[axis.field]) for axis in axes),  # type: ignore[literal-required]
             f"{result['n_episodes']}/{result['n_expected']}",
             f"{pct(result['sr'])} {interval(result['sr_ci95'])}",
             f"{result['mean_return']:.3f}",
@@ -129,7 +136,7 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
     rates.add_column("SR [95% CI, seeds as clusters]", justify="right")
     for axis in axes:
         for group, sr, bounds in group_rates(axis, summary):
-            rates.add_row(f"{axis.label} {group}", f"{pct(sr)} {interval(bounds)}")
+            rates.add_row(text(f"{axis.label} {group}"), f"{pct(sr)} {interval(bounds)}")
     console.print(rates)
     return buffer.getvalue()
 
@@ -147,8 +154,8 @@ def completion_advice(args: tuple[str, ...], run: RunContext, per_task: list[Tas
     lines = [f"shard {index}/{count} is complete; still to run: {', '.join(f'shard {i}/{count}' for i in pending)}"]
     lines += [f"run shard {i}/{count} with: {completion_command(_with_shard(args, f'{i}/{count}'))}" for i in pending]
     lines.append(
-        f"then, where shards wrote to other run directories, merge them: vlaeval merge {shlex.quote(str(run.run_dir))} "
-        "OTHER_RUN_DIR... --out MERGED_DIR"
+        "then, where shards wrote to other run directories, merge them: "
+        f"{command_line(['vlaeval', 'merge', str(run.run_dir)])} OTHER_RUN_DIR... --out MERGED_DIR"
     )
     return lines
 
@@ -185,4 +192,4 @@ def completion_command(args: tuple[str, ...], *, resume: bool = False) -> str:
             skip_value = True
         elif arg not in dropped and not arg.startswith(prefixes):
             kept.append(arg)
-    return shlex.join(["pytest", *kept, "--vla-resume" if resume else "--vla-rerun=incomplete"])
+    return command_line(["pytest", *kept, "--vla-resume" if resume else "--vla-rerun=incomplete"])

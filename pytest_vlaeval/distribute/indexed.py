@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results.subset import MAX_DIGITS
 
 AUTO = "auto"
 PAIR = "VLAEVAL_SHARD"
@@ -63,6 +64,8 @@ def _integer(environ: Mapping[str, str], name: str, missing: str = "") -> int:
     value = environ.get(name, "").strip()
     if not value:
         raise SpecError(f"--vla-shard=auto: {missing or f'{name} is missing or empty'}")
-    if not value.isdecimal() or not value.isascii():
-        raise SpecError(f"--vla-shard=auto: {name}={value!r} is not a non-negative integer")
+    if not value.isdecimal() or not value.isascii() or len(value) > MAX_DIGITS:
+        raise SpecError(
+            f"--vla-shard=auto: {name}={value[:40]!r} is not a non-negative integer (of at most {MAX_DIGITS} digits)"
+        )
     return int(value)

@@ -14,7 +14,6 @@ as given; the benchmark file's ``episode_extras`` says how its canonical files s
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from pytest_vlaeval.errors import EnvError
+from pytest_vlaeval.results.record import number_problem
 
 if TYPE_CHECKING:
     from pytest_vlaeval.spec import Benchmark, Task
@@ -122,9 +122,10 @@ EXTRA_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
 def checked_extras(value: Any) -> dict[str, ExtraValue]:
-    """What ``episode_extras`` returned, if it is a mapping of identifiers to JSON scalars (finite
-    numbers); else ``EnvError`` naming the offending entry. Records travel as JSON, so anything
-    else would fail later, far from the adapter that made it."""
+    """What ``episode_extras`` returned, if it is a mapping of identifiers to JSON scalars (numbers
+    a float can hold: finite, no int of 400 digits); else ``EnvError`` naming the offending entry.
+    Records travel as JSON and summaries read their numbers as floats, so anything else would fail
+    later, far from the adapter that made it (in every later session's summary and merge)."""
     if not isinstance(value, Mapping):
         raise EnvError(f"env.episode_extras() returned {type(value).__name__}; expected a dict")
     extras: dict[str, ExtraValue] = {}
@@ -135,7 +136,7 @@ def checked_extras(value: Any) -> dict[str, ExtraValue]:
             item = item.item()
         if item is not None and not isinstance(item, (str, int, float, bool)):
             raise EnvError(f"env.episode_extras()[{key!r}] is {type(item).__name__}; expected a number, text or bool")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise EnvError(f"env.episode_extras()[{key!r}] is {item}; expected a finite number")
+        if problem := number_problem(item):
+            raise EnvError(f"env.episode_extras()[{key!r}] {problem}")
         extras[key] = item
     return extras

@@ -24,6 +24,7 @@ import numpy as np
 from pytest_vlaeval.envs.adapter import EnvAdapter, ExtraValue, Step, checked_extras
 from pytest_vlaeval.episodes.loop import (
     EpisodeResult,
+    added_reward,
     checked_reset,
     checked_step,
     instruction_text,
@@ -201,7 +202,10 @@ def _advance(row: _Row, result: Step | EpisodeError | None, max_steps: int) -> b
         return EnvError(f"the simulator returned no step for row {row.slot} of the block")
     row.obs, reward, terminated, truncated, info = result
     row.length += 1
-    row.episode_return += float(reward)
+    try:
+        row.episode_return = added_reward(row.episode_return, float(reward), row.length)
+    except EnvError as exc:
+        return exc
     row.success = row.success or bool(info["success"])
     row.instruction = instruction_text(info.get("language_instruction"), default=row.instruction)
     return bool(terminated or truncated) or row.length >= max_steps

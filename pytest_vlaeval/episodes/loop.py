@@ -71,7 +71,7 @@ def run_episode(
         # A fresh array per step: some envs zero the previous action in place on reset.
         obs, reward, terminated, truncated, info = checked_step(env_call(env.step, actions.popleft().copy()))
         length += 1
-        total_return += reward
+        total_return = added_reward(total_return, reward, length)
         success_once = success_once or info["success"]
         instruction = instruction_text(info.get("language_instruction"), default=instruction)
         if terminated or truncated:
@@ -138,6 +138,17 @@ def checked_step(value: Any) -> Step:
     return dict(obs), reward_value, _scalar(terminated, "terminated"), _scalar(truncated, "truncated"), info
 
 
+def added_reward(episode_return: float, reward: float, step: int) -> float:
+    """The return after ``step``'s reward; ``EnvError`` once it leaves the float range: every reward
+    is finite, yet 1e308 a step sums to infinity, which no record holds."""
+    total = episode_return + reward
+    if not math.isfinite(total):
+        raise EnvError(
+            f"the env's rewards overflowed at step {step}: their sum is beyond the float range (this reward: {reward:g})"
+        )
+    return total
+
+
 def step_limit(env: Any) -> int:
     """The env's ``max_episode_steps``, a positive int, else ``EnvError``."""
     limit = getattr(env, "max_episode_steps", None)
@@ -156,7 +167,10 @@ def _scalar(value: Any, name: str, *, real: bool = False) -> Any:
         usable = isinstance(item, (bool, np.bool_, numbers.Integral))
     if not usable:
         raise EnvError(f"env.step returned {name} as {_described(value)}; expected {'a number' if real else 'a bool'}")
-    return float(item) if real else bool(item)
+    try:
+        return float(item) if real else bool(item)
+    except OverflowError:  # an int of 400 digits is a number, but not a float
+        raise EnvError(f"env.step returned {name} beyond the float range; expected a finite number") from None
 
 
 def _described(value: Any) -> str:

@@ -35,6 +35,7 @@ class EpisodeVideo:
         import cv2
 
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)  # a link there (a received run's) is removed, never written through
         height, width = self.frames[0].shape[:2]
         writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"VP80"), FPS, (width, height))
         try:

@@ -20,6 +20,7 @@ from typing import Any
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.sequential import Method, drop_method
 from pytest_vlaeval.gate.stats import Outcomes
+from pytest_vlaeval.results import strict_json
 
 
 @dataclass(frozen=True)
@@ -99,11 +100,11 @@ def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int])
 def _task_outcomes(file: Path, env_id: str) -> dict[int, bool]:
     """seed -> success of one per-task file, every field the gate reads checked."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8-sig"))  # a byte-order mark is harmless
+        data = strict_json.loads(file.read_text(encoding="utf-8-sig"))  # a byte-order mark is harmless
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"--vla-baseline {file}: cannot read it ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"--vla-baseline {file}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # not JSON, a number beyond the float range, or nested too deep
+        raise SpecError(f"--vla-baseline {file}: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise SpecError(f"--vla-baseline {file}: expected a JSON object, got {type(data).__name__}")
     if data.get("env_id") != env_id:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from pytest_vlaeval.envs.preflight import preflight_problem
+from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install import installer, interpreters
 from pytest_vlaeval.install.assets_command import add_source_options, install_assets
 from pytest_vlaeval.install.stacks import STACKS
@@ -63,10 +64,20 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
         why = f"an interpreter of its own for {stack.benchmark} (its pins clash with other stacks')"
         commands.append(installer.Command(why, (sys.executable, "-m", "venv", str(home))))
         installed = interpreters.InstalledIn([])
+    elif interpreters.package_mismatch(Path(python)):
+        installed.forget("pytest-vlaeval")  # another copy than this one, even at this version: replace it
     return commands + installer.pip_plan(stack, installed, python, interpreters.harness_steps())
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return install(args)
+    except SpecError as exc:  # its interpreter of its own does not say which pytest-vlaeval it holds
+        print(f"{PREFIX} {exc}")
+        return 1
+
+
+def install(args: argparse.Namespace) -> int:
     stack = STACKS[args.stack]
     problem = installer.python_problem(stack)
     benchmark, _ = resolve_benchmark(stack.benchmark)
@@ -99,12 +110,15 @@ def run(args: argparse.Namespace) -> int:
             if ": FAILED: " in line
             else f"{PREFIX} {line}"
         )
+    fix = interpreters.install_command(stack.benchmark) if python else None
     if python is not None and not Path(python).is_file():
-        print(f"{PREFIX} PROBLEM: no interpreter at {python}: run `vlaeval install {stack.benchmark}`")
+        print(f"{PREFIX} PROBLEM: no interpreter at {python}: run `{fix}`")
         return 1
     installed = installer.installed_version if python is None else interpreters.installed_in(Path(python))
     steps = () if python is None else interpreters.harness_steps()
+    held = interpreters.package_mismatch(Path(python)) if python else None
     problems = [
+        *([f"its interpreter holds {held}: run `{fix}`"] if held else []),
         *installer.version_problems(stack, installed, steps),
         *installer.import_problems(stack, python or sys.executable),
     ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from pytest_vlaeval.install.stacks import PipStep, Stack
+from pytest_vlaeval.printable import command_line
 
 BACKPORTS = "bookworm-backports"
 BACKPORTS_SOURCE = Path("/etc/apt/sources.list.d/bookworm-backports.sources")
@@ -59,7 +59,7 @@ class Command:
     stdin: str | None = None
 
     def __str__(self) -> str:
-        return shlex.join(self.argv)
+        return command_line(self.argv)
 
 
 @dataclass(frozen=True)
@@ -116,16 +116,20 @@ def pip_plan(
     before the stack's (a dedicated interpreter's harness)."""
     every = (*steps, *stack.steps)
     first = next((i for i, step in enumerate(every) if unmet(step, installed)), len(every))
-    commands = []
-    for step in every[first:]:
-        argv = [python, "-m", "pip", "install", "--disable-pip-version-check"]
-        if step.no_deps:
-            argv.append("--no-deps")
-        if step.requirements_file:
-            argv += ["--require-hashes", "-r", str(resources_file(step.requirements_file))]
-        argv += ["-e", step.source] if step.source else step.requirements
-        commands.append(Command(step.why, tuple(argv)))
-    return commands
+    return [pip_command(step, python) for step in every[first:]]
+
+
+def pip_command(step: PipStep, python: str) -> Command:
+    """The ``pip install`` that puts ``step`` into interpreter ``python``."""
+    argv = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+    if step.no_deps:
+        argv.append("--no-deps")
+    if step.reinstall:
+        argv.append("--force-reinstall")
+    if step.requirements_file:
+        argv += ["--require-hashes", "-r", str(resources_file(step.requirements_file))]
+    argv += ["-e", step.source] if step.source else step.requirements
+    return Command(step.why, tuple(argv))
 
 
 def system_plan(stack: Stack, debian: Debian) -> list[Command]:

@@ -1,6 +1,7 @@
 """Dedicated interpreters: a benchmark whose simulator stack cannot share the caller's environment
 (Meta-World needs gymnasium >= 1.1 and numpy 2; MIKASA needs gymnasium 0.29 and numpy < 2) runs
-its xdist workers in a virtual env of its own, with this package at the same version in it.
+its xdist workers in a virtual env of its own, with this package in it: the same version and the
+same files (``version.package_digest``), checked before any episode.
 
 Where they live: ``$VLAEVAL_INTERPRETER_DIR/<name>`` when that is set, else
 ``<the caller's sys.prefix>/vlaeval-interpreters/<name>``: inside the environment that runs pytest,
@@ -14,12 +15,15 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.install.stacks import PipStep
-from pytest_vlaeval.version import __version__
+from pytest_vlaeval.install.installer import pip_command
+from pytest_vlaeval.install.stacks import STACKS, PipStep
+from pytest_vlaeval.printable import command_line
+from pytest_vlaeval.version import __version__, package_digest
 
 INTERPRETER_DIR_ENV = "VLAEVAL_INTERPRETER_DIR"
 HARNESS = ("pytest", "pytest-xdist", "execnet")
@@ -50,11 +54,34 @@ def session_python(name: str, title: str) -> Path:
     """The interpreter a session's workers start in, or ``SpecError`` in one line saying how to make it."""
     python = interpreter_python(name)
     if not python.is_file():
+        home = interpreter_home(name)
+        make = install_command(name)
+        how = (
+            f"run `{make}`"
+            if make
+            else f"make a virtual env there (`{command_line([sys.executable, '-m', 'venv', str(home)])}`) holding "
+            "pytest, pytest-xdist and pytest-vlaeval at this session's versions and the benchmark's stack"
+        )
         raise SpecError(
-            f"{title} runs in an interpreter of its own, and there is none at {interpreter_home(name)}: "
-            f"run `vlaeval install {name}` (or set {INTERPRETER_DIR_ENV} to where it is)"
+            f"{title} runs in an interpreter of its own, and there is none at {home}: "
+            f"{how} (or set {INTERPRETER_DIR_ENV} to where it is)"
         )
     return python
+
+
+def install_command(name: str) -> str | None:
+    """The ``vlaeval install`` command that makes interpreter ``name``, for a name that command
+    accepts; None for an interpreter a user made for a benchmark of their own."""
+    stack = STACKS.get(name)
+    if stack is None:
+        return None
+    return f"vlaeval install {name}" + ("" if stack.own_interpreter else " --own-interpreter")
+
+
+def how_to_install(name: str, python: Path, step: PipStep) -> str:
+    """The command that puts ``step`` into interpreter ``name`` (at ``python``): ``vlaeval install``
+    for an interpreter that command makes, else pip there, quoted for a shell."""
+    return install_command(name) or str(pip_command(step, str(python)))
 
 
 def site_packages(python: Path) -> list[Path]:
@@ -81,6 +108,10 @@ class InstalledIn:
     def __call__(self, distribution: str) -> str | None:
         return self.versions.get(_normalized(distribution))
 
+    def forget(self, distribution: str) -> None:
+        """Count ``distribution`` as missing (its copy there is not the one to run)."""
+        self.versions.pop(_normalized(distribution), None)
+
 
 def _normalized(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
@@ -98,14 +129,71 @@ def harness_steps() -> tuple[PipStep, ...]:
             "controller half may expect its worker half)",
             pins + plugins,
         ),
-        PipStep(
-            f"pytest-vlaeval {__version__}, the caller's, without its dependencies (the stack pins its own numpy)",
-            (f"pytest-vlaeval=={__version__}",),
-            no_deps=True,
-            source=source_tree(),
-        ),
+        package_step(),
         PipStep("what pytest-vlaeval itself imports", own_requirements()),
     )
+
+
+def package_step() -> PipStep:
+    """This package as the caller has it, without its dependencies (the stack pins its own numpy),
+    replacing whatever copy is there."""
+    return PipStep(
+        f"pytest-vlaeval {__version__}, the caller's, without its dependencies (the stack pins its own numpy)",
+        (f"pytest-vlaeval=={__version__}",),
+        no_deps=True,
+        source=source_tree(),
+        reinstall=True,
+    )
+
+
+PACKAGE_IDENTITY = """
+import importlib, json, sys
+sys.path[:] = [entry for entry in sys.path if entry]  # -c's working directory: not the interpreter's own
+try:
+    version = importlib.import_module("pytest_vlaeval.version")
+except ImportError:
+    print("null")
+else:
+    digest = getattr(version, "package_digest", None)
+    print(json.dumps([getattr(version, "__version__", None), digest() if digest else None]))
+"""
+"""Run in the other interpreter: the version and digest of the copy of this package it imports
+from its own packages and ``PYTHONPATH`` (null without one; no digest from a copy older than the
+digest)."""
+
+
+def package_mismatch(python: Path) -> str | None:
+    """None when interpreter ``python`` imports this package at this version with these files; else
+    what it holds instead, in words."""
+    found = _package_identity(python)
+    if found is None:
+        return "no pytest-vlaeval"
+    version, digest = found
+    if version != __version__:
+        return f"pytest-vlaeval {version}, not this session's {__version__}"
+    if digest != package_digest():
+        theirs, ours = (digest or "none")[:12], package_digest()[:12]
+        return f"pytest-vlaeval {version} with other files (digest {theirs}, not {ours})"
+    return None
+
+
+def _package_identity(python: Path) -> list[str | None] | None:
+    """``[version, digest]`` of the copy of this package ``python`` imports, None without one;
+    ``SpecError`` in one line when it does not answer (it is not a Python interpreter)."""
+    try:
+        done = subprocess.run([str(python), "-c", PACKAGE_IDENTITY], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = str(exc)
+    else:
+        answered = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+        try:
+            found = json.loads(answered[0]) if answered else "no answer"
+        except ValueError:
+            found = "no answer"
+        if found is None or (isinstance(found, list) and len(found) == 2):
+            return found
+        problem = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+    raise SpecError(f"{python} did not say which pytest-vlaeval it holds (is it a Python interpreter?): {problem}")
 
 
 def pytest_plugins() -> dict[str, str]:
@@ -121,13 +209,13 @@ def pytest_plugins() -> dict[str, str]:
 
 
 def missing_plugins(installed: InstalledIn, loaded: list[tuple[str, str]]) -> list[str]:
-    """``name version`` of each plugin distribution the session loaded (``loaded``: name,
+    """``name==version`` of each plugin distribution the session loaded (``loaded``: name,
     version) that the interpreter (its distributions: ``installed``) lacks at that version: the
     plugin's worker half would be missing (pytest-metadata's controller then fails on every
     worker's end)."""
     return sorted(
         {
-            f"{name} {version}"
+            f"{name}=={version}"
             for name, version in loaded
             if _normalized(name) not in NOT_PLUGINS and installed(name) != version
         }
@@ -172,8 +260,6 @@ except BaseException as exc:
 def import_problem(python: Path, module: str) -> str | None:
     """Whether ``module`` imports in that interpreter from here (as a worker there imports a
     ``--policy``); None when it does, else the error's first line."""
-    import subprocess
-
     done = subprocess.run([str(python), "-c", IMPORT_CHECK, module], capture_output=True, text=True, timeout=300)
     if done.returncode == 0:
         return None

@@ -32,6 +32,9 @@ class PipStep:
     """Any installed version satisfies it (torch: keep the build the machine chose)."""
     source: str | None = None
     """A source folder installed in editable mode in place of the requirements (which it satisfies)."""
+    reinstall: bool = False
+    """Installed again even where pip finds the version it asks for (this package: the same version
+    may hold other files)."""
 
 
 @dataclass(frozen=True)

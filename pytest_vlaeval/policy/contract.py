@@ -21,6 +21,7 @@ nothing of theirs.
 
 from __future__ import annotations
 
+import math
 import numbers
 import zlib
 from dataclasses import asdict, dataclass
@@ -164,6 +165,9 @@ def to_numpy(value: Any) -> Any:
 
 
 def _json_safe(value: Any) -> Any:
+    """``value`` as JSON a run's files hold: a number JSON has no spelling for (NaN, inf) as its text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -171,5 +175,5 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if hasattr(value, "item") and getattr(value, "size", 2) == 1:
-        return value.item()
+        return _json_safe(value.item())
     return str(value)

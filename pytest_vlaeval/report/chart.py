@@ -6,12 +6,15 @@ so a partial picture never looks complete."""
 from __future__ import annotations
 
 import importlib.util
+import io
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval.printable import terminal_safe
 from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.report.page import pct
 from pytest_vlaeval.results.schema import Summary, TaskResult
+from pytest_vlaeval.results.store import write_bytes_atomic
 
 NOT_EVALUATED = "not evaluated"
 
@@ -23,16 +26,26 @@ and the lowest SRs, and says so; every task is in ``report.html`` and the canoni
 
 def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Path | None:
     """Draw the run's success rates; None when there is nothing completed to draw or matplotlib
-    (the ``chart`` extra) is not installed."""
+    (the ``chart`` extra) is not installed. Drawn in memory, then written as every file of a run
+    is (``write_bytes_atomic``): a link at ``path`` is replaced, never written through."""
     figure = draw_chart(summary, per_task) if importlib.util.find_spec("matplotlib") else None
     if figure is None:
         path.unlink(missing_ok=True)  # a chart of an earlier session must not stand for this one
         return None
     import matplotlib.pyplot as plt
 
-    figure.savefig(path, dpi=110)
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=110)
     plt.close(figure)
+    write_bytes_atomic(path, image.getvalue())
     return path
+
+
+def _text(value: str) -> str:
+    """A name from data as matplotlib draws it literally: a control character as its escape (no
+    glyph to draw, and a warning that prints it to the terminal), ``$`` escaped (a ``$...$`` pair
+    is parsed as mathtext, and an unknown symbol in it fails the whole figure)."""
+    return terminal_safe(value).replace("$", r"\$")
 
 
 def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
@@ -55,10 +68,10 @@ def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
     figure, (left, right) = plt.subplots(
         1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [1, 1.6]}, constrained_layout=True
     )
-    _bars(left, [g for g, _, _ in bars], [sr for _, sr, _ in bars], [b for _, _, b in bars], "#4c72b0")
+    _bars(left, [_text(g) for g, _, _ in bars], [sr for _, sr, _ in bars], [b for _, _, b in bars], "#4c72b0")
     split_note = ", ".join(f"{g} {pct(sr)}" for g, sr, _ in group_rates(split_axis, summary))
     note = f" ({split_axis.label} SR: {split_note})" if finest != split_axis else ""
-    left.set_title(f"per {finest.label}{note}", fontsize=10)
+    left.set_title(_text(f"per {finest.label}{note}"), fontsize=10)
     _bars(
         right,
         [r["env_id"] for r in per_task] + [f"{env_id} ({NOT_EVALUATED})" for env_id in missing],
@@ -75,7 +88,8 @@ def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
         f"per task ({summary['n_completed']}/{summary['n_expected']} episodes{evaluated}{shown})", fontsize=10
     )
     partial = " (partial)" if summary["partial"] else ""
-    figure.suptitle(f"{summary['benchmark']} {summary['selected_split']}: {summary['model'].get('name', '')}{partial}")
+    title = f"{summary['benchmark']} {summary['selected_split']}: {summary['model'].get('name', '')}{partial}"
+    figure.suptitle(_text(title))
     return figure
 
 

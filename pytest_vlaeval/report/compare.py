@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from pytest_vlaeval.errors import ResultsUnwritable
+from pytest_vlaeval.printable import terminal_lines, terminal_safe
 from pytest_vlaeval.report.compare_html import format_difference, render_comparison
 from pytest_vlaeval.report.comparison import Comparison, ComparisonError, compare
+from pytest_vlaeval.report.markdown import markdown_text
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.store import write_text_atomic
 
@@ -29,27 +31,28 @@ def run(args: argparse.Namespace) -> int:
     try:
         comparison = compare(args.runs)
     except ComparisonError as exc:
-        print(f"vlaeval compare: {exc}", file=sys.stderr)
+        print(terminal_safe(f"vlaeval compare: {exc}"), file=sys.stderr)
         return 2
     markdown = markdown_table(comparison)
-    print(markdown, end="")
+    print(terminal_lines(markdown), end="")
     try:
         write_text_atomic(args.out / MARKDOWN, markdown)
         write_text_atomic(args.out / HTML, render_comparison(comparison))
     except ResultsUnwritable as exc:
-        print(f"vlaeval compare: {exc}", file=sys.stderr)
+        print(terminal_safe(f"vlaeval compare: {exc}"), file=sys.stderr)
         return 2
-    print(f"\nwritten: {args.out / MARKDOWN}, {args.out / HTML}")
+    print(terminal_lines(f"\nwritten: {args.out / MARKDOWN}, {args.out / HTML}"))
     return 0
 
 
 def markdown_table(comparison: Comparison) -> str:
-    """The side-by-side table (also what the command prints: a markdown table reads as text)."""
+    """The side-by-side table (also what the command prints: a markdown table reads as text); every
+    name in it (a run's folder and policy, a group, a task) goes in through ``markdown_text``."""
     runs = comparison.runs
     lines = [
-        f"## {comparison.benchmark} {comparison.split}: {len(runs)} runs",
+        f"## {markdown_text(comparison.benchmark)} {markdown_text(comparison.split)}: {len(runs)} runs",
         "",
-        *(f"{n}. `{run.label}` (policy {run.policy})" for n, run in enumerate(runs, 1)),
+        *(f"{n}. {markdown_text(run.label)} (policy {markdown_text(run.policy)})" for n, run in enumerate(runs, 1)),
         "",
         "SR with its 95% interval; `N - 1`: run N minus run 1, paired on shared seeds "
         "(difference in points [95% interval], paired seeds, the method the gate would use for them).",
@@ -64,5 +67,5 @@ def markdown_table(comparison: Comparison) -> str:
         name = row.name if row.axis == "task" else f"{row.axis} {row.name}"
         cells = ["-" if e is None else f"{pct(e.sr)} {interval(e.interval)}" for e in row.estimates]
         cells += ["-" if d is None else format_difference(d) for d in row.differences]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_text(name)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

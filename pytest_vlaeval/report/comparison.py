@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.fixed import paired_interval
@@ -101,7 +102,53 @@ def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
         per_task = [read_json(run_dir.task(env_id), TaskResult, f"results of {env_id}") for env_id in summary["tasks"]]
     except SpecError as exc:
         raise ComparisonError(str(exc)) from None
+    _check_consistent(run_dir, summary, per_task)
     return summary, per_task
+
+
+def _check_consistent(run_dir: RunDir, summary: Summary, per_task: list[TaskResult]) -> None:
+    """What the types cannot say: that a run's files agree with one another, as the files this
+    package writes always do. A received run's may not (a one-value interval, seeds and successes
+    of different lengths, a group without its interval, a task file of another env); the rows are
+    built on what is checked here, so each is refused in one line naming the file and field."""
+
+    def refuse(path: Path, problem: str) -> NoReturn:
+        raise ComparisonError(f"{path}: {problem}; not a run as this package writes it")
+
+    tasks, axes = summary["tasks"], summary_axes(summary)
+    if len(set(tasks)) < len(tasks):
+        refuse(run_dir.summary, "tasks names a task twice")
+    if len({axis.label for axis in axes}) < len(axes):
+        refuse(run_dir.summary, "axes gives two axes one label")
+    if tasks and (summary["sr_split"] is None or summary["sr_split_ci95"] is None):
+        refuse(run_dir.summary, f"sr_split or sr_split_ci95 is null, yet {len(tasks)} tasks have results")
+    if summary["sr_split_ci95"] is not None and len(summary["sr_split_ci95"]) != 2:
+        refuse(run_dir.summary, f"sr_split_ci95 holds {len(summary['sr_split_ci95'])} values, not an interval's 2")
+    if "sr_split_ci95" not in summary["ci95_methods"]:
+        refuse(run_dir.summary, "ci95_methods has no sr_split_ci95")
+    for axis in axes:
+        intervals = summary.get(axis.intervals, {})
+        for group in summary.get(axis.summary, {}):
+            if group not in intervals:
+                refuse(run_dir.summary, f"{axis.intervals} has no interval for the {axis.label} group {group!r}")
+    for env_id, result in zip(tasks, per_task, strict=True):
+        path = run_dir.task(env_id)
+        if result["env_id"] != env_id:
+            refuse(path, f"env_id is {result['env_id']!r}, not the {env_id!r} its name says")
+        if len(result["sr_ci95"]) != 2:
+            refuse(path, f"sr_ci95 holds {len(result['sr_ci95'])} values, not an interval's 2")
+        if len(result["episode_seeds"]) != len(result["successes"]):
+            refuse(
+                path,
+                f"episode_seeds holds {len(result['episode_seeds'])} seeds but successes "
+                f"{len(result['successes'])} outcomes",
+            )
+        for axis in axes:
+            group = result.get(axis.field)
+            if not isinstance(group, str):
+                refuse(path, f"{axis.field} (the task's {axis.label} group) is missing or not text")
+            if group not in summary.get(axis.summary, {}):
+                refuse(run_dir.summary, f"{axis.summary} has no SR for {group!r}, the {axis.label} group of {env_id}")
 
 
 def compare(runs: Sequence[str | Path]) -> Comparison:
@@ -118,6 +165,8 @@ def compare(runs: Sequence[str | Path]) -> Comparison:
             raise ComparisonError(
                 f"refusing to compare {path} with {paths[0]}: different benchmark or protocol ({what})"
             )
+        if summary_axes(summary) != summary_axes(first):
+            raise ComparisonError(f"refusing to compare {path} with {paths[0]}: their summaries group by other axes")
     labels = [p.name for p in paths]
     if len(set(labels)) < len(labels):
         labels = [str(p) for p in paths]

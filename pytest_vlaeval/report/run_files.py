@@ -4,11 +4,14 @@ ends, ``vlaeval merge`` once.
 
 The canonical JSON says what the run is, so a refused write of it is reported apart (it decides
 the exit status); the pages and the chart are readings of it, so a refused one is a line to show.
+They are written only after the summary they read, and removed when it could not be written: a
+page must never show a verdict the run's files do not hold.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from pytest_vlaeval.report.markdown import markdown_report
 from pytest_vlaeval.results.canonical import write_canonical, write_summary
 from pytest_vlaeval.results.rundir import RunDir, attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
+from pytest_vlaeval.results.store import write_text_atomic
 
 
 @dataclass
@@ -46,7 +50,8 @@ def write_run_files(
 ) -> Written:
     """``summary.json`` and ``report.html`` (the episodes that flipped against ``baseline``); when
     ``final`` (a session's end, a merge) also every task's ``<ENV_ID>.json`` (as a session goes,
-    each is written as its task finishes), ``report.md``, the chart and the GitHub step summary."""
+    each is written as its task finishes), ``report.md``, the chart and the GitHub step summary.
+    When the canonical JSON is refused, none of these is written and the run's are removed."""
     written = Written()
     if verdict is not None:
         summary["gate"] = verdict.as_dict()
@@ -57,6 +62,10 @@ def write_run_files(
             write_summary(run_dir, summary)
     except ResultsUnwritable as exc:
         written.canonical_refused = str(exc)
+        for derived in (run_dir.report_html, run_dir.chart, run_dir.report):
+            with suppress(OSError):  # the refusal above is what is reported
+                derived.unlink(missing_ok=True)
+        return written
     attempt_write(
         run_dir.report_html, lambda: write_report(run_dir, summary, per_task, policy, baseline), written.refused
     )
@@ -65,7 +74,7 @@ def write_run_files(
             run_dir.chart, lambda: write_chart(summary, per_task, run_dir.chart), written.refused
         )
         markdown = markdown_report(summary, per_task, verdict, policy)
-        attempt_write(run_dir.report, lambda: run_dir.report.write_text(markdown, encoding="utf-8"), written.refused)
+        attempt_write(run_dir.report, lambda: write_text_atomic(run_dir.report, markdown), written.refused)
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if step_summary:
             attempt_write(

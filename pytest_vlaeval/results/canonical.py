@@ -10,10 +10,19 @@ reported as an error, never as a failure.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Any
+from itertools import chain
+from typing import Any, cast
 
-from pytest_vlaeval.gate.stats import group_sr, seed_clustered_interval, success_rate, task_outcomes, wilson
+from pytest_vlaeval.gate.stats import (
+    finite_mean,
+    group_sr,
+    seed_clustered_interval,
+    success_rate,
+    task_outcomes,
+    wilson,
+)
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
@@ -39,8 +48,16 @@ def ci95_methods(axes: tuple[Axis, ...]) -> dict[str, str]:
     return {**CI95_METHODS, **along}
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+def _made_once(*parts: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """A canonical file's keys and values, in order. The benchmark file names some of the keys, and
+    a file whose names would clash is refused at load (``spec_file.keys_made``), so a key made twice
+    here is a bug: it stops the write rather than overwrite one value with another."""
+    made: dict[str, Any] = {}
+    for key, value in chain.from_iterable(parts):
+        if key in made:
+            raise RuntimeError(f"the canonical key {key!r} is made twice; this is a bug")
+        made[key] = value
+    return made
 
 
 def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) -> TaskResult:
@@ -51,30 +68,35 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
     successes = [bool(r.success) for r in done]
     returns = [float(r.episode_return) for r in done]
     described = next((r for r in done + errors if r.model is not None), None)
-    return {
-        "env_id": task.env_id,
-        **{axis.field: task.group(axis) for axis in benchmark.axes},  # type: ignore[typeddict-item]
-        "start_seed": selection.start_seed,
-        "n_episodes": len(done),
-        "successes": successes,
-        "returns": returns,
-        "sr": success_rate(sum(successes), len(successes)),
-        "mean_return": _mean(returns),
-        "benchmark_commit": benchmark.benchmark_commit,
-        **{name: benchmark.env.options[name] for name in benchmark.reporting.result_fields},  # type: ignore[typeddict-item]
-        "action_chunk_size": described.chunk_size if described else None,
-        "model": described.model if described else {},
-        "episode_lengths": [int(r.length) for r in done],
-        "episode_seeds": [r.seed for r in done],
-        # Additions to the reference schema.
-        "sr_ci95": list(wilson(sum(successes), len(successes))),
-        "n_expected": selection.episodes,
-        "n_errors": len(errors),
-        "errors": [{"seed": r.seed, "message": r.message} for r in errors],
-        "complete": len(done) == selection.episodes,
-        "render_backend": described.render_backend if described else None,
-        **{extra.summary: extra.reduced(extra_values(done, extra)) for extra in benchmark.reporting.extras},  # type: ignore[typeddict-item]
-    }
+    result = _made_once(
+        [("env_id", task.env_id)],
+        ((axis.field, task.group(axis)) for axis in benchmark.axes),
+        {
+            "start_seed": selection.start_seed,
+            "n_episodes": len(done),
+            "successes": successes,
+            "returns": returns,
+            "sr": success_rate(sum(successes), len(successes)),
+            "mean_return": finite_mean(returns),
+            "benchmark_commit": benchmark.benchmark_commit,
+        }.items(),
+        ((name, benchmark.env.options[name]) for name in benchmark.reporting.result_fields),
+        {
+            "action_chunk_size": described.chunk_size if described else None,
+            "model": described.model if described else {},
+            "episode_lengths": [int(r.length) for r in done],
+            "episode_seeds": [r.seed for r in done],
+            # Additions to the reference schema.
+            "sr_ci95": list(wilson(sum(successes), len(successes))),
+            "n_expected": selection.episodes,
+            "n_errors": len(errors),
+            "errors": [{"seed": r.seed, "message": r.message} for r in errors],
+            "complete": len(done) == selection.episodes,
+            "render_backend": described.render_backend if described else None,
+        }.items(),
+        ((extra.summary, extra.reduced(extra_values(done, extra))) for extra in benchmark.reporting.extras),
+    )
+    return cast(TaskResult, result)
 
 
 def extra_values(records: list[EpisodeRecord], extra: Extra) -> list[float]:
@@ -120,72 +142,83 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
     ]
     splits = {result["split"] for result in per_task}
     first = per_task[0] if per_task else {}
-    body: Summary = {
-        "split": splits.pop() if len(splits) == 1 else "Custom",
-        "sr_split": group_sr(per_task_sr.values()) if per_task else None,
-        "tasks": list(per_task_sr),
-        "per_task_sr": per_task_sr,
-        "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
-        # Additions to the reference schema.
-        "benchmark": selection.benchmark.title,
-        "benchmark_version": selection.benchmark.version,
-        "benchmark_commit": selection.benchmark.benchmark_commit,
-        "selected_split": selection.split,
-        "sr_split_ci95": _group_interval(per_task) if per_task else None,
-        **{a.summary: {g: group_sr(r["sr"] for r in group) for g, group in by_axis[a].items()} for a in axes},  # type: ignore[typeddict-item]
-        **{a.intervals: {g: _group_interval(group) for g, group in by_axis[a].items()} for a in axes},  # type: ignore[typeddict-item]
-        "axes": [{"field": a.field, "label": a.label, "summary": a.summary, "intervals": a.intervals} for a in axes],
-        "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
-        "ci95_methods": ci95_methods(axes),
-        "start_seed": selection.start_seed,
-        "n_episodes_per_task": selection.episodes,
-        "canonical_protocol": selection.is_canonical,
-        "action_chunk_size": first.get("action_chunk_size"),
-        "model": first.get("model", {}),
-        "render_backend": first.get("render_backend"),
-        "sr_pooled": success_rate(n_successes, len(completed)) if completed else None,
-        "sr_pooled_ci95": list(wilson(n_successes, len(completed))) if completed else None,
-        **(pooled := pooled_fields(selection.benchmark.reporting, completed, n_successes)),  # type: ignore[typeddict-item]
-        **(means := _mean_of_groups(selection.benchmark.reporting, by_axis)),  # type: ignore[typeddict-item]
-        "benchmark_metrics": [*pooled, *means],
-        **(
-            {"grid": grid_summary(grid, per_task, selection.benchmark.unavailable_splits)}
-            if (grid := selection.benchmark.reporting.grid)
-            else {}
-        ),
-        "privileged_info_to_policy": False,
-        "n_tasks_expected": len(selection.tasks),
-        "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],
-        "n_expected": len(universe),
-        "n_completed": len(completed),
-        "n_errors": len(errored),
-        "n_missing": n_missing,
-        "errored_episodes": [{"task": r.task, "seed": r.seed, "message": r.message} for r in errored],
-        "rerolled_failures": rerolled,
-        "n_rerolled": len(rerolled),
-        "partial": interrupted or len(completed) != len(universe),
-        "interrupted": interrupted,
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    return body, per_task
+    reporting = selection.benchmark.reporting
+    pooled = pooled_fields(reporting, completed, n_successes)
+    means = _mean_of_groups(reporting, by_axis)
+    body = _made_once(
+        {
+            "split": splits.pop() if len(splits) == 1 else "Custom",
+            "sr_split": group_sr(per_task_sr.values()) if per_task else None,
+            "tasks": list(per_task_sr),
+            "per_task_sr": per_task_sr,
+            "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
+            # Additions to the reference schema.
+            "benchmark": selection.benchmark.title,
+            "benchmark_version": selection.benchmark.version,
+            "benchmark_commit": selection.benchmark.benchmark_commit,
+            "selected_split": selection.split,
+            "sr_split_ci95": _group_interval(per_task) if per_task else None,
+        }.items(),
+        ((a.summary, {g: group_sr(r["sr"] for r in group) for g, group in by_axis[a].items()}) for a in axes),
+        ((a.intervals, {g: _group_interval(group) for g, group in by_axis[a].items()}) for a in axes),
+        {
+            "axes": [
+                {"field": a.field, "label": a.label, "summary": a.summary, "intervals": a.intervals} for a in axes
+            ],
+            "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
+            "ci95_methods": ci95_methods(axes),
+            "start_seed": selection.start_seed,
+            "n_episodes_per_task": selection.episodes,
+            "canonical_protocol": selection.is_canonical,
+            "action_chunk_size": first.get("action_chunk_size"),
+            "model": first.get("model", {}),
+            "render_backend": first.get("render_backend"),
+            "sr_pooled": success_rate(n_successes, len(completed)) if completed else None,
+            "sr_pooled_ci95": list(wilson(n_successes, len(completed))) if completed else None,
+        }.items(),
+        pooled,
+        means,
+        {
+            "benchmark_metrics": [key for key, _ in (*pooled, *means)],
+            **(
+                {"grid": grid_summary(grid, per_task, selection.benchmark.unavailable_splits)}
+                if (grid := reporting.grid)
+                else {}
+            ),
+            "privileged_info_to_policy": False,
+            "n_tasks_expected": len(selection.tasks),
+            "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],
+            "n_expected": len(universe),
+            "n_completed": len(completed),
+            "n_errors": len(errored),
+            "n_missing": n_missing,
+            "errored_episodes": [{"task": r.task, "seed": r.seed, "message": r.message} for r in errored],
+            "rerolled_failures": rerolled,
+            "n_rerolled": len(rerolled),
+            "partial": interrupted or len(completed) != len(universe),
+            "interrupted": interrupted,
+            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }.items(),
+    )
+    return cast(Summary, body), per_task
 
 
-def pooled_fields(reporting: Reporting, completed: list[EpisodeRecord], n_successes: int) -> dict[str, Any]:
+def pooled_fields(reporting: Reporting, completed: list[EpisodeRecord], n_successes: int) -> list[tuple[str, Any]]:
     """The benchmark's own summary numbers pooled over every completed episode: its extras
     (``avg_max_reward``) and its key for the pooled success percentage (``pc_success``)."""
-    fields: dict[str, Any] = {e.summary: e.reduced(extra_values(completed, e)) for e in reporting.extras}
+    fields = [(e.summary, e.reduced(extra_values(completed, e))) for e in reporting.extras]
     if reporting.pooled_success_key:
-        fields[reporting.pooled_success_key] = 100 * n_successes / len(completed) if completed else None
+        fields.append((reporting.pooled_success_key, 100 * n_successes / len(completed) if completed else None))
     return fields
 
 
-def _mean_of_groups(reporting: Reporting, by_axis: dict[Axis, dict[str, list[TaskResult]]]) -> dict[str, Any]:
+def _mean_of_groups(reporting: Reporting, by_axis: dict[Axis, dict[str, list[TaskResult]]]) -> list[tuple[str, Any]]:
     """``sr_mean_of_<axis field>``: the unweighted mean of the axis's group SRs, where the file asks."""
-    axis = reporting.mean_of_groups
-    if axis is None:
-        return {}
+    axis, key = reporting.mean_of_groups, reporting.mean_of_groups_key
+    if axis is None or key is None:
+        return []
     groups = [group_sr(r["sr"] for r in results) for results in by_axis[axis].values()]
-    return {f"sr_mean_of_{axis.field}": _mean(groups) if groups else None}
+    return [(key, finite_mean(groups) if groups else None)]
 
 
 def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, str]) -> GridSummary:
@@ -203,7 +236,7 @@ def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, 
         "rows": grid.rows.field,
         "columns": grid.columns.field,
         "cells": table,
-        "total": _mean([group_sr(r["sr"] for r in results) for results in present]) if present else None,
+        "total": finite_mean([group_sr(r["sr"] for r in results) for results in present]) if present else None,
         # Equal cells: the total is the mean of their tasks' SRs, whose interval is the split's.
         "total_ci95": _group_interval([r for results in present for r in results]) if len(sizes) == 1 else None,
         "total_definition": grid.total,
@@ -228,8 +261,8 @@ def _group_interval(results: list[TaskResult]) -> list[float]:
 
 
 def write_task(run_dir: RunDir, result: TaskResult) -> None:
-    """``<ENV_ID>.json``."""
-    write_json_atomic(run_dir.task(result["env_id"]), result)
+    """``<ENV_ID>.json`` (a namespaced id's folder never a link: ``RunDir.confined``)."""
+    write_json_atomic(run_dir.confined(run_dir.task(result["env_id"])), result)
 
 
 def write_canonical(run_dir: RunDir, body: Summary, per_task: list[TaskResult]) -> None:

@@ -3,37 +3,65 @@ ledger's attempt numbers, reruns and progress all read.
 
 It is fed this session's records as they arrive, and ``catch_up`` reads only what other
 sessions appended to their logs since its last read (a byte offset per log), so keeping it
-current costs what is new, never the whole run again. The latest attempt of an episode is the
-one made last (the records' time); ties go to the one read last.
+current costs what is new, never the whole run again. Logs are read line by line, so memory
+follows the run's episodes, not the size of its logs.
+
+Which attempt is the latest is decided by the attempt number, which the run controls: a session
+numbers each record one past the latest attempt it knows of (``controller.ledger``), so a rerun is
+always numbered past what it reran, whatever any clock says. Only attempts of one number (made by
+sessions that did not know of each other) are ordered by their time; ties go to the one read last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results.record import FAILURE, EpisodeRecord
+from pytest_vlaeval.printable import command_line, terminal_safe
+from pytest_vlaeval.results.record import FAILURE, MAX_LINE_BYTES, EpisodeRecord, parse_record
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.results.runfiles import loads
 
 Key = tuple[str, int]
+
+CLOCK_ALLOWANCE = timedelta(days=1)
+"""How much later a record may be stamped than a record after it in the same log. A log's records
+are stamped by the clocks of the hosts that ran them (remote workers too) and arrive in any order;
+a record a day ahead of what its own session wrote after it did not get its time from that session."""
+
+
+@dataclass
+class _LogPosition:
+    """How far a log has been read: the byte offset after its last complete line read, that line's
+    number, and the latest time of the lines read (and its line)."""
+
+    offset: int = 0
+    line: int = 0
+    latest: datetime | None = None
+    latest_line: int = 0
 
 
 class LatestRecords(Mapping[Key, EpisodeRecord]):
     """``(task, seed) -> EpisodeRecord``, the latest attempt of each episode of the run."""
 
-    def __init__(self, run_dir: RunDir) -> None:
+    def __init__(self, run_dir: RunDir, universe: Iterable[Key] | None = None) -> None:
         self.run_dir = run_dir
+        self.universe = None if universe is None else frozenset(universe)
+        """The episodes kept (all when None): a received log may hold any number of others."""
+        self.outside = 0
+        """Records read of episodes outside ``universe``: counted, not kept."""
         self._latest: dict[Key, EpisodeRecord] = {}
         self._failed_once: set[Key] = set()
-        self._read_up_to: dict[Path, tuple[int, int]] = {}
-        """Per log: the byte offset after its last complete line read, and that line's number."""
+        self._read_up_to: dict[Path, _LogPosition] = {}
 
     @classmethod
-    def read(cls, run_dir: RunDir) -> LatestRecords:
-        """Every record already in the run's logs."""
-        records = cls(run_dir)
+    def read(cls, run_dir: RunDir, universe: Iterable[Key] | None = None) -> LatestRecords:
+        """Every record already in the run's logs (of the episodes of ``universe``, when given)."""
+        records = cls(run_dir, universe)
         records.catch_up()
         return records
 
@@ -60,10 +88,13 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
 
     def add(self, record: EpisodeRecord) -> None:
         """A record of this session (the caller keeps it out of the logs ``catch_up`` reads)."""
+        if self.universe is not None and record.key not in self.universe:
+            self.outside += 1
+            return
         if record.outcome == FAILURE:
             self._failed_once.add(record.key)
         current = self._latest.get(record.key)
-        if current is None or record.time >= current.time:
+        if current is None or _order(record) >= _order(current):
             self._latest[record.key] = record
 
     def catch_up(self, skip: Path | None = None) -> None:
@@ -72,35 +103,74 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
         A torn last line (a writer mid-append, or a crash mid-write) is not a record yet: it is
         read again, whole, next time. A damaged complete line is refused, naming the file and
         line: guessing would silently drop or invent an episode, and removing the line (the
-        episode then counts as never run) is a decision for the user.
+        episode then counts as never run) is a decision for the user. So is a line longer than
+        ``MAX_LINE_BYTES`` (never read whole), and a record stamped over ``CLOCK_ALLOWANCE`` later
+        than one after it in its log.
         """
         for path in self.run_dir.logs():
             if path != skip:
                 self._read_new_lines(path)
 
     def _read_new_lines(self, path: Path) -> None:
-        offset, number = self._read_up_to.get(path, (0, 0))
+        position = self._read_up_to.setdefault(path, _LogPosition())
         try:
             with path.open("rb") as log:
-                log.seek(offset)
-                new = log.read()
+                log.seek(position.offset)
+                for number, line in whole_lines(log, path, position.line):
+                    record = _parse(line, path, number)
+                    _check_clock(record, path, number, position)
+                    position.offset, position.line = position.offset + len(line), number
+                    self.add(record)
         except OSError as exc:
             raise SpecError(
                 f"{path} is among the run's episode logs but cannot be read ({exc.strerror or exc}): remove it"
             ) from None
-        complete = new[: new.rfind(b"\n") + 1]
-        for line in complete.splitlines():
-            number += 1
-            self.add(_parse(line, path, number))
-        self._read_up_to[path] = (offset + len(complete), number)
+
+
+def whole_lines(log: BinaryIO, path: Path, after_line: int = 0) -> Iterator[tuple[int, bytes]]:
+    """The complete lines of the log ``path`` from where ``log`` stands, each with its newline and
+    its number (counted on from ``after_line``). A torn last line (a writer mid-append) is left for
+    the next read; a line longer than ``MAX_LINE_BYTES`` is refused without being read whole."""
+    for number in itertools.count(after_line + 1):
+        line = log.readline(MAX_LINE_BYTES + 1)
+        if len(line) > MAX_LINE_BYTES:
+            raise _damaged_line(path, number, f"longer than {MAX_LINE_BYTES // 2**20} MiB")
+        if not line.endswith(b"\n"):
+            return
+        yield number, line
+
+
+def _order(record: EpisodeRecord) -> tuple[int, datetime]:
+    """What makes one attempt of an episode later than another: its number, then its time."""
+    return record.attempt, record.instant
+
+
+def _check_clock(record: EpisodeRecord, path: Path, number: int, position: _LogPosition) -> None:
+    """Refuse the latest-stamped record read of a log when ``record``, after it, is stamped over
+    ``CLOCK_ALLOWANCE`` earlier; note ``record`` when it is the latest-stamped yet."""
+    moment = record.instant
+    if position.latest is not None and moment < position.latest - CLOCK_ALLOWANCE:
+        raise _damaged_line(
+            path,
+            position.latest_line,
+            f"stamped {position.latest.isoformat()}, over {CLOCK_ALLOWANCE.days} day later than line {number} "
+            f"after it, {moment.isoformat()}",
+        )
+    if position.latest is None or moment >= position.latest:
+        position.latest, position.latest_line = moment, number
 
 
 def _parse(line: bytes, path: Path, number: int) -> EpisodeRecord:
     try:
-        return EpisodeRecord.from_dict(loads(line.decode("utf-8", errors="replace")))
+        return parse_record(line.decode("utf-8", errors="replace"))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise SpecError(
-            f"{path} line {number} is not an episode record ({type(exc).__name__}: {exc}); "
-            f"inspect it, then remove it with: sed -i '{number}d' '{path}' "
-            f"(its episode then counts as never run; --vla-resume runs it again)"
-        ) from None
+        raise _damaged_line(path, number, f"{type(exc).__name__}: {exc}") from None
+
+
+def _damaged_line(path: Path, number: int, why: str) -> SpecError:
+    """The refusal of a damaged line of an episode log, naming it and the command that removes it."""
+    problem = terminal_safe(f"{path} line {number} is not an episode record ({why})")
+    return SpecError(
+        f"{problem}; inspect it, then remove it with: {command_line(['sed', '-i', f'{number}d', str(path)])} "
+        f"(its episode then counts as never run; --vla-resume runs it again)"
+    )

@@ -13,6 +13,12 @@
     <run>/report.html           the self-contained HTML report (``report``)
     <run>/server.log            the ``--vla-serve`` policy server's log
     <run>/videos/<ENV_ID>/<seed>.webm
+
+A received run is untrusted, and a symbolic link in it could carry a write anywhere: no folder
+between the run directory and a file this package writes may be a link (``RunDir.confined``),
+whole files are renamed over their path (a link there is replaced, not followed), and files
+appended to are opened without following one (``open_appending``). The run directory itself is
+what the user named, so it may be a link.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, Any, TypeVar
 
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.spec_file import ENV_ID, PATTERNS
@@ -68,6 +74,16 @@ class RunDir:
     def video(self, env_id: str, seed: int) -> Path:
         return video_file(self.videos, env_id, seed)
 
+    def confined(self, path: Path) -> Path:
+        """``path``, a file of this run, once no folder between the run directory and it is a symbolic
+        link (``ResultsUnwritable`` naming the link otherwise): a received run's link would lead the
+        write, or the read, out of the run."""
+        return confined(self.path, path)
+
+    def open_appending(self, path: Path, mode: str = "a") -> IO[Any]:
+        """``path``, a file of this run, opened to append (created when missing), never through a link."""
+        return open_appending(self.confined(path), mode)
+
     def logs(self) -> list[Path]:
         return sorted(self.episodes.glob("*.jsonl"))
 
@@ -79,8 +95,41 @@ class RunDir:
 
 
 def video_file(videos: Path, env_id: str, seed: int) -> Path:
-    """An episode's video under a run's ``videos`` folder."""
-    return videos / checked_env_id(env_id) / f"{int(seed)}.webm"
+    """An episode's video under a run's ``videos`` folder (confined to the run that holds it)."""
+    return confined(videos.parent, videos / checked_env_id(env_id) / f"{int(seed)}.webm")
+
+
+def confined(root: Path, path: Path) -> Path:
+    """``path`` (below ``root``) once no folder between ``root`` and it is a symbolic link."""
+    folder = root
+    for part in path.relative_to(root).parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            raise ResultsUnwritable(linked(folder))
+    return path
+
+
+def open_appending(path: Path, mode: str = "a") -> IO[Any]:
+    """``path`` opened to append (``mode`` ``"a"``, ``"ab"``, or ``"a+b"`` to read it too), created when
+    missing; a symbolic link there is refused (``ResultsUnwritable``), never followed to the file it names."""
+    flags = (os.O_RDWR if "+" in mode else os.O_WRONLY) | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, flags, 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ResultsUnwritable(linked(path)) from None
+            raise
+    return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
+
+
+def linked(path: Path) -> str:
+    """Why a run's file is not written through ``path``, a symbolic link."""
+    return (
+        f"{path} is a symbolic link, and a run's files are never read or written through one "
+        "(it could lead out of the run): remove it"
+    )
 
 
 def checked_env_id(env_id: str) -> str:

@@ -1,30 +1,21 @@
 """Reading a run's files back, defensively: a run directory may come from someone else (``vlaeval
 merge`` and ``compare`` read them without importing any code), or a crash or a full disk may have
-torn a file. Every file is JSON without ``NaN`` or ``Infinity`` (which strict parsers refuse),
+torn a file. Every file is JSON as ``strict_json`` reads it (finite numbers, shallow nesting),
 checked against the types this package writes it with (``results.schema``, by ``msgspec``); what
 is not is one line naming the file and what is wrong, never a traceback or a guess.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TypeVar, is_typeddict
 
 import msgspec
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results.strict_json import loads
 
 T = TypeVar("T")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def loads(text: str | bytes) -> Any:
-    """JSON as this package writes it: ``NaN``, ``Infinity`` and ``-Infinity`` refused."""
-    return json.loads(text, parse_constant=_refuse_constant)
 
 
 def read_json(path: Path, kind: type[T], what: str) -> T:

@@ -163,3 +163,6 @@ class Fingerprint(_FingerprintBatch):
     policy: str
     render: str
     packages: dict[str, str | None]
+    package_digest: str
+    """``version.package_digest`` of the controller's copy of this package (a benchmark's own
+    interpreter is checked to hold the same files): which code produced the run."""

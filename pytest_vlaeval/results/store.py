@@ -16,17 +16,19 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.results.rundir import RunDir, writing
+from pytest_vlaeval.results.record import EpisodeRecord, record_line
+from pytest_vlaeval.results.rundir import RunDir, linked, writing
 from pytest_vlaeval.results.runfiles import read_json
+from pytest_vlaeval.results.strict_json import dumps
 from pytest_vlaeval.spec import Benchmark, Selection, load_benchmark
+from pytest_vlaeval.version import __version__, package_digest
 
 
 def run_dir_name(selection: Selection, policy_spec: str) -> str:
@@ -58,7 +60,8 @@ def fingerprint(
     ``installed``: the simulator packages' versions where the workers run in an interpreter of
     their own (``install.interpreters``); this interpreter's by default.
     ``reference_order`` (``--vla-reference-order``), recorded when on: its episodes depend on the
-    ones before them, so they are another run than order-independent ones."""
+    ones before them, so they are another run than order-independent ones. ``package_digest``: which
+    files of this package produced the run (the version stays one across a release's commits)."""
     benchmark = selection.benchmark
     return (
         {
@@ -71,8 +74,9 @@ def fingerprint(
             "episodes": selection.episodes,
             "policy": policy_spec,
             "render": render,
-            "packages": {"pytest-vlaeval": _version("pytest-vlaeval")}
+            "packages": {"pytest-vlaeval": __version__}
             | {name: (installed or _version)(name) for name in benchmark.env.packages},
+            "package_digest": package_digest(),
         }
         | ({"num_envs": num_envs} if num_envs > 1 else {})
         | ({"order": "reference"} if reference_order else {})
@@ -93,7 +97,7 @@ class RunStore:
         differs. Atomic: of sessions claiming one run at once, exactly one writes the file (complete,
         by a hard link from a finished temporary file) and every other compares with it."""
         path = path or self.dir.fingerprint
-        if not path.exists() and _create_exclusively(path, json.dumps(expected, indent=2) + "\n"):
+        if not path.exists() and _create_exclusively(path, dumps(expected, indent=2) + "\n"):
             return
         stored = read_json(path, dict[str, Any], path.stem)
         if stored != expected:
@@ -145,9 +149,8 @@ class RunStore:
         with writing(self.log_path):
             try:
                 if self._log is None:
-                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                    self._log = self.log_path.open("a", encoding="utf-8")
-                self._log.write(json.dumps(record.to_dict()) + "\n")
+                    self._log = self.dir.open_appending(self.log_path)
+                self._log.write(record_line(record))
                 self._log.flush()
                 os.fsync(self._log.fileno())
             except OSError:
@@ -159,16 +162,18 @@ class RunStore:
         """Serialise writers of the run's canonical files across processes (sessions, shards, hosts
         sharing a POSIX file system)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with self.dir.lock.open("a") as lock:
+        with self.dir.open_appending(self.dir.lock) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def check_writable(self) -> None:
+    def check_writable(self, env_ids: Iterable[str] = ()) -> None:
         """Fail before any episode runs when the run directory cannot take files, or holds
-        something other than a file where one of its files goes; remove what killed writes left."""
+        something other than a file where one of its files goes, or a symbolic link where the
+        session would write through it (its log's folder, the lock, the folders of ``env_ids``'
+        files and videos); remove what killed writes left."""
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=self.run_dir):
@@ -180,6 +185,13 @@ class RunStore:
         for path in self.dir.files:
             if path.is_dir():
                 raise SpecError(f"{path} is a directory, and the run writes its {path.name} there: remove it")
+        for path in (self.dir.lock, self.dir.server_log):  # appended to, so a link there is refused, not replaced
+            if path.is_symlink():
+                raise SpecError(linked(path))
+        for path in (self.dir.new_log(), *(self.dir.task(env_id) for env_id in env_ids)):
+            self.dir.confined(path)
+        for env_id in env_ids:
+            self.dir.video(env_id, 0)
         remove_stale_temporaries(self.run_dir)
 
     def close(self) -> None:
@@ -229,7 +241,7 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
 def _create_exclusively(path: Path, text: str) -> bool:
     """Write ``path`` only if nothing is there: True when this call created it (whole), False when
     another did first. A hard link from a finished temporary file makes it appear complete."""
-    with writing(path), _finished_temporary(path, text) as tmp:
+    with writing(path), _finished_temporary(path, text.encode("utf-8")) as tmp:
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -239,29 +251,36 @@ def _create_exclusively(path: Path, text: str) -> bool:
 
 def write_json_atomic(path: Path, payload: Any) -> None:
     """Write JSON via a temp file and rename, so a reader or a crash never sees half a file."""
-    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
+    write_text_atomic(path, dumps(payload, indent=2) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write via a temp file and rename, so a reader or a crash never sees half a file."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write via a temp file beside ``path`` renamed over it: a reader or a crash never sees half a
+    file, and a symbolic link at ``path`` is replaced, never followed (a received run's link could
+    name any file of yours)."""
     with writing(path):
-        _write_text_atomic(path, text)
+        _write_atomic(path, data)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    with _finished_temporary(path, text) as tmp:
+def _write_atomic(path: Path, data: bytes) -> None:
+    with _finished_temporary(path, data) as tmp:
         os.replace(tmp, path)
 
 
 @contextmanager
-def _finished_temporary(path: Path, text: str) -> Iterator[str]:
-    """``text`` in a synced temporary file beside ``path``, removed on the way out unless moved."""
+def _finished_temporary(path: Path, data: bytes) -> Iterator[str]:
+    """``data`` in a synced temporary file beside ``path``, removed on the way out unless moved."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; results are shared like any file
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         yield tmp

@@ -7,33 +7,46 @@ episode ids, so every worker collects exactly the same items even while the stor
 
 from __future__ import annotations
 
-import json
+import heapq
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from pytest_vlaeval.choices import EPISODE_LIST_MAX_MIB
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.results.record import ERROR, FAILURE, EpisodeRecord
 from pytest_vlaeval.spec import Selection
 
 EpisodeId = tuple[str, int]
 RERUN_MODES = ("errors", "failures", "missing", "incomplete")
+MAX_DIGITS = 18
+"""Digits of a shard count: more than any run has episodes, and an int without Python's digit limit."""
 
 
 def parse_shard(value: str) -> tuple[int, int]:
     """``I/N`` with 1 <= I <= N."""
     index, sep, count = value.partition("/")
     numbers = index.isdecimal() and count.isdecimal() and (index + count).isascii()
-    if not sep or not numbers or not 1 <= int(index) <= int(count):
+    if not sep or not numbers or max(len(index), len(count)) > MAX_DIGITS or not 1 <= int(index) <= int(count):
         raise SpecError(f"--vla-shard {value!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
     return int(index), int(count)
 
 
 def shard(selection: Selection, index: int, count: int, episodes: list[EpisodeId] | None = None) -> list[EpisodeId]:
     """Shard ``index`` of ``count`` of ``episodes`` (the selection's universe when None):
-    deterministic, balanced by expected steps.
+    deterministic, balanced by expected steps."""
+    return _shards(selection, count, episodes).get(index, [])
+
+
+def _shards(selection: Selection, count: int, episodes: list[EpisodeId] | None = None) -> dict[int, list[EpisodeId]]:
+    """The non-empty shards of a ``count``-way split, by number, each in the universe's order. Time
+    and memory grow with the episodes, never with ``count``: shards beyond the units are empty.
 
     Longest-processing-time first: whole tasks (so a shard builds each of its envs once) when
-    there are at least as many tasks as shards, single episodes otherwise.
+    there are at least as many tasks as shards, single episodes otherwise; each unit goes to the
+    least loaded shard, the lowest numbered among equals.
     """
     universe = selection.episode_ids
     chosen = universe if episodes is None else episodes
@@ -45,15 +58,14 @@ def shard(selection: Selection, index: int, count: int, episodes: list[EpisodeId
         units = [(keys, steps[task] * len(keys)) for task, keys in by_task.items()]
     else:
         units = [([key], steps[key[0]]) for keys in by_task.values() for key in keys]
-    loads = [0] * count
-    mine: list[EpisodeId] = []
+    loads = [(0, number) for number in range(1, min(count, len(units)) + 1)]  # a heap: sorted already
+    shards: dict[int, list[EpisodeId]] = {}
     for keys, weight in sorted(units, key=lambda unit: -unit[1]):  # stable: ties keep spec order
-        target = loads.index(min(loads))
-        loads[target] += weight
-        if target == index - 1:
-            mine.extend(keys)
+        load, number = heapq.heappop(loads)
+        shards.setdefault(number, []).extend(keys)
+        heapq.heappush(loads, (load + weight, number))
     order = {key: i for i, key in enumerate(universe)}
-    return sorted(mine, key=order.__getitem__)
+    return {number: sorted(keys, key=order.__getitem__) for number, keys in shards.items()}
 
 
 def read_episode_list(path: Path, selection: Selection) -> list[EpisodeId]:
@@ -61,7 +73,7 @@ def read_episode_list(path: Path, selection: Selection) -> list[EpisodeId]:
     selection (checked here: the file may come from another machine), in the selection's order."""
     where = f"--vla-episode-list {path}"
     try:
-        listed = json.loads(path.read_text(encoding="utf-8"))
+        listed = strict_json.loads(_bounded_read(path, where))
     except (OSError, ValueError) as exc:
         raise SpecError(f"{where}: cannot read it as JSON ({exc})") from None
     if not isinstance(listed, list) or not all(
@@ -78,6 +90,21 @@ def read_episode_list(path: Path, selection: Selection) -> list[EpisodeId]:
     return [key for key in universe if key in wanted]
 
 
+def _bounded_read(path: Path, where: str) -> bytes:
+    """A regular file's bytes, refused when larger than ``EPISODE_LIST_MAX_MIB``: a device, a pipe
+    or a huge file would otherwise be read whole (or forever) before anything could say so."""
+    cap = EPISODE_LIST_MAX_MIB * 2**20
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe's open would wait for a writer
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise SpecError(f"{where}: not a regular file")
+    with open(descriptor, "rb") as file:
+        data = file.read(cap + 1)
+    if len(data) > cap:
+        raise SpecError(f"{where}: larger than {EPISODE_LIST_MAX_MIB} MiB, more than any run's episodes")
+    return data
+
+
 def still_to_run(universe: list[EpisodeId], records: Mapping[EpisodeId, EpisodeRecord], mode: str) -> list[EpisodeId]:
     """Episodes whose latest record matches ``mode`` (``missing``: no record at all)."""
     wanted = {"errors": {ERROR}, "failures": {FAILURE}, "missing": {None}, "incomplete": {ERROR, None}}[mode]
@@ -86,4 +113,5 @@ def still_to_run(universe: list[EpisodeId], records: Mapping[EpisodeId, EpisodeR
 
 def unfinished_shards(selection: Selection, count: int, completed: set[EpisodeId]) -> list[int]:
     """The shards of a ``count``-way split that hold an episode not completed yet."""
-    return [i for i in range(1, count + 1) if any(key not in completed for key in shard(selection, i, count))]
+    shards = _shards(selection, count)
+    return sorted(number for number, keys in shards.items() if any(key not in completed for key in keys))

@@ -41,6 +41,7 @@ def test_the_shard_comes_from_the_scheduler(environ: dict[str, str], expected: s
         ({"SLURM_ARRAY_TASK_ID": "x", **SLURM}, "SLURM_ARRAY_TASK_ID='x' is not a non-negative integer"),
         ({"SLURM_ARRAY_TASK_ID": "\u00b2", **SLURM}, "is not a non-negative integer"),
         ({"SLURM_ARRAY_TASK_ID": "7", **SLURM}, "SLURM_ARRAY_TASK_ID=7 is not one of 0..3 in steps of 1"),
+        ({"SLURM_ARRAY_TASK_ID": "0", **SLURM, "SLURM_ARRAY_TASK_COUNT": "9" * 5000}, "of at most 18 digits"),
         ({"SLURM_ARRAY_TASK_ID": "1"}, "SLURM_ARRAY_TASK_MIN is missing or empty"),
         (  # --array=1,4,9: no range, no shard order
             {"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "9"}
@@ -72,6 +73,24 @@ def test_an_array_task_runs_its_shard_and_writes_only_its_log(
     assert log.name.endswith("-shard2of4.jsonl") and len(episode_records(run)) == 1
     assert not (run / "summary.json").exists() and not list(run.glob("*-v0.json")), "the merge writes them"
     assert f"the run's files are written by: vlaeval merge {run}" in result.stdout.str()
+
+
+def test_shard_counts_beyond_the_episodes_give_empty_shards_at_no_cost(
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    billion = {"SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "999999999", "SLURM_ARRAY_TASK_COUNT": "1000000000"}
+    for name, value in {"SLURM_ARRAY_TASK_ID": "999999999", **billion}.items():
+        monkeypatch.setenv(name, value)
+    last = fake.runpytest(*SHORT, "--vla-shard=auto")
+    assert "shard 1000000000/1000000000: 0 of 6 episodes" in last.stdout.str(), last.outlines[-20:]
+    (run,) = (fake.path / "results").iterdir()
+    assert last.ret == pytest.ExitCode.NO_TESTS_COLLECTED and not episode_records(run)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
+    monkeypatch.setenv("VLAEVAL_SHARD", "1/999999999999")
+    first = fake.runpytest(*SHORT, "--vla-shard=auto")
+    assert "shard 1/999999999999: 1 of 6 episodes" in first.stdout.str()
+    assert first.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    assert len(episode_records(run)) == 1
 
 
 def test_an_array_task_with_a_broken_environment_stops_before_any_episode(
@@ -116,3 +135,9 @@ def test_a_bad_episode_list_is_one_line(fake: pytest.Pytester, content: str, exp
     fake.makefile(".json", only=content)
     assert_one_line_usage_error(fake.runpytest(*SHORT, "--vla-episode-list=only.json"), expected)
     assert not (fake.path / "results").exists()
+
+
+def test_an_episode_list_that_is_a_device_is_one_line(fake: pytest.Pytester) -> None:
+    assert_one_line_usage_error(
+        fake.runpytest(*SHORT, "--vla-episode-list=/dev/zero"), "--vla-episode-list /dev/zero: not a regular file"
+    )

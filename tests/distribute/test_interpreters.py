@@ -8,15 +8,28 @@ see it, made in milliseconds. ``tests/envs/test_metaworld.py`` runs the real one
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import TESTS, assert_one_line_usage_error, episode_records, make_interpreter, read_json, run_dir
+from helpers import (
+    TESTS,
+    assert_one_line_usage_error,
+    episode_records,
+    make_interpreter,
+    make_interpreter_with_own_copy,
+    package_copy,
+    read_json,
+    run_dir,
+)
 
 from pytest_vlaeval.install.interpreters import INTERPRETER_DIR_ENV
+from pytest_vlaeval.version import __version__, package_digest
 
 RECORDS_PREFIX = """
 import json, os, sys
@@ -58,10 +71,10 @@ class Policy:
 
 
 @pytest.fixture
-def other(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The fake benchmark, declaring interpreter ``fakesim``, which exists under a folder of its own."""
+def fake_yaml(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake benchmark, declaring interpreter ``fakesim``, looked for under a folder of its own:
+    the interpreter's folder, which the test makes."""
     root = pytester.path / "other-interpreters"
-    make_interpreter(root / "fakesim")
     monkeypatch.setenv(INTERPRETER_DIR_ENV, str(root))
     data = yaml.safe_load((TESTS / "fake.yaml").read_text())
     data["env"]["interpreter"] = "fakesim"
@@ -70,6 +83,21 @@ def other(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     pytester.makepyfile(where_policy=RECORDS_PREFIX, refusing_policy=REFUSES_THE_OTHER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(pytester.path)]))
+    return root / "fakesim"
+
+
+@pytest.fixture
+def other(fake_yaml: Path) -> Path:
+    """``fakesim``: a second virtual env over this one's packages."""
+    make_interpreter(fake_yaml)
+    return fake_yaml
+
+
+@pytest.fixture
+def quoted(fake_yaml: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``fakesim``'s folder, under a root whose name a shell must have quoted (not made)."""
+    root = pytester.path / "user's interpreters"
+    monkeypatch.setenv(INTERPRETER_DIR_ENV, str(root))
     return root / "fakesim"
 
 
@@ -93,16 +121,74 @@ def test_workers_run_in_the_benchmarks_interpreter(pytester: pytest.Pytester, ot
     records = episode_records(run_dir(pytester))
     assert {r["outcome"] for r in records.values()} == {"failure"}
     assert {r["worker"] for r in records.values()} == ({"gw0", "gw1"} if workers else {"gw0"})
-    packages = read_json(run_dir(pytester) / "fingerprint.json")["packages"]
-    assert packages["numpy"] is not None  # read from the benchmark's interpreter's own site-packages
+    fingerprint = read_json(run_dir(pytester) / "fingerprint.json")
+    assert fingerprint["packages"]["numpy"] is not None  # read from the benchmark's interpreter's own site-packages
+    assert fingerprint["packages"]["pytest-vlaeval"] == __version__
+    assert fingerprint["package_digest"] == package_digest()  # the code that ran, in both interpreters
 
 
-def test_a_missing_interpreter_is_one_line_naming_the_install(pytester: pytest.Pytester, other: Path) -> None:
-    (other / "bin" / "python").unlink()
+def test_a_missing_interpreter_of_the_users_is_one_line_saying_how_to_make_it(
+    pytester: pytest.Pytester, quoted: Path
+) -> None:
+    """``vlaeval install`` makes only the built-in benchmarks' interpreters: it is not advised for
+    ``fakesim``."""
+    result = pytester.runpytest_subprocess("--benchmark=fake.yaml:short", "--policy=zero", "-p", "no:cacheprovider")
+    venv = shlex.join([sys.executable, "-m", "venv", str(quoted)])
+    assert_one_line_usage_error(
+        result,
+        f"Fake-Bench runs in an interpreter of its own, and there is none at {quoted}: make a virtual env "
+        f"there (`{venv}`) holding pytest, pytest-xdist and pytest-vlaeval at this session's versions",
+    )
+    assert "vlaeval install" not in result.stderr.str()
+    assert not (pytester.path / "results").exists()
+
+
+@pytest.mark.parametrize("copy", ["edited", "older"])
+def test_an_interpreter_holding_another_copy_of_this_package_is_refused_before_any_episode(
+    pytester: pytest.Pytester, quoted: Path, copy: str
+) -> None:
+    """Its workers would run that copy's code: an older release's (its version), or this version's
+    with one file changed (the digest of its files); one line with the command that puts this
+    copy there, quoted for the shell."""
+    python = make_interpreter_with_own_copy(quoted)
+    package = package_copy(quoted)
+    if copy == "edited":
+        with (package / "results" / "record.py").open("a") as module:
+            module.write("# changed\n")
+        held = f"pytest-vlaeval {__version__} with other files (digest "
+    else:
+        (package / "version.py").write_text('__version__ = "0.1.0"\n')
+        held = f"pytest-vlaeval 0.1.0, not this session's {__version__}"
+    result = pytester.runpytest_subprocess("--benchmark=fake.yaml:short", "--policy=zero", "-p", "no:cacheprovider")
+    assert_one_line_usage_error(result, f"Fake-Bench's interpreter ({python}) holds {held}")
+    line = result.stderr.str()
+    assert "so its workers would run other code than this session: " in line
+    pip = f"`{shlex.quote(str(python))} -m pip install --disable-pip-version-check --no-deps --force-reinstall "
+    assert pip in line
+    assert not (pytester.path / "results").exists()
+
+
+def test_a_plugin_missing_from_the_users_interpreter_is_one_line_with_the_pip_command(
+    pytester: pytest.Pytester, quoted: Path
+) -> None:
+    """Not ``vlaeval install fakesim``, which refuses that name: pip in that interpreter, quoted."""
+    python = make_interpreter_with_own_copy(quoted, leave_out=("pytest_timeout",))
+    pin = f"pytest-timeout=={importlib.metadata.version('pytest-timeout')}"
     result = pytester.runpytest_subprocess("--benchmark=fake.yaml:short", "--policy=zero", "-p", "no:cacheprovider")
     assert_one_line_usage_error(
         result,
-        f"Fake-Bench runs in an interpreter of its own, and there is none at {other}: run `vlaeval install fakesim`",
+        f"this session's pytest plugins {pin} are not in Fake-Bench's interpreter ({python}), where its workers "
+        f"run: `{shlex.quote(str(python))} -m pip install --disable-pip-version-check {pin}` installs them, "
+        "or leave them out with -p no:NAME",
+    )
+
+
+def test_an_interpreter_that_is_not_python_is_one_line(pytester: pytest.Pytester, other: Path) -> None:
+    (other / "bin" / "python").unlink()
+    (other / "bin" / "python").symlink_to("/bin/sh")
+    result = pytester.runpytest_subprocess("--benchmark=fake.yaml:short", "--policy=zero", "-p", "no:cacheprovider")
+    assert_one_line_usage_error(
+        result, f"{other / 'bin' / 'python'} did not say which pytest-vlaeval it holds (is it a Python interpreter?): "
     )
     assert not (pytester.path / "results").exists()
 

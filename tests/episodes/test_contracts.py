@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import episode_records, run_dir
+from helpers import episode_records, read_json, run_dir
+
+from pytest_vlaeval.cli import main as vlaeval
+from pytest_vlaeval.results import strict_json
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 
@@ -200,3 +203,89 @@ def test_complex_actions_are_a_policy_error_naming_the_dtype(fake: pytest.Pytest
     (record,) = episode_records(run_dir(fake)).values()
     assert (record["outcome"], record["error_kind"]) == ("error", "policy")
     assert "dtype complex128; expected real numbers" in record["message"]
+
+
+EXTREME_ENVS = """
+import numpy as np
+
+from pytest_vlaeval.envs.adapter import Adapter
+
+ERRORS = {
+    "Overflow-v0": "the env's rewards overflowed at step 2: their sum is beyond the float range",
+    "IntReward-v0": "env.step returned reward beyond the float range",
+    "HugeExtra-v0": "env.episode_extras()['bar'] is an int of about 10**400; expected a number within the float range",
+    "LongExtra-v0": "env.episode_extras()['bar'] is an int of about 10**5000; expected a number within the float range",
+}
+
+
+class Extreme(Adapter):
+    \"\"\"Each value finite and well typed, and extreme: rewards of 1e308 a step, an int reward of
+    400 digits, extras of 400 and 5,000 digits; BigReturn-v0 ends with a return and a bar of 1e308.\"\"\"
+
+    def __init__(self, task):
+        self.kind = task.env_id
+        self.max_episode_steps = task.max_steps
+        self.t = 0
+
+    def reset(self, *, seed, options):
+        self.t = 0
+        return self._obs(), {"success": False}
+
+    def step(self, action):
+        self.t += 1
+        reward = {"Overflow-v0": 1e308, "IntReward-v0": 10**400, "BigReturn-v0": 1e308 if self.t == 1 else 0.0}
+        return self._obs(), reward.get(self.kind, 0.0), False, False, {"success": False}
+
+    def episode_extras(self):
+        bar = {"HugeExtra-v0": 10**400, "LongExtra-v0": 7 * 10**4999, "BigReturn-v0": 1e308}
+        return {"bar": bar.get(self.kind, 0.5)}
+
+    def _obs(self):
+        return {"rgb": np.zeros((1, 2, 2, 6), np.uint8), "proprio": np.zeros((1, 7), np.float32)}
+
+    def close(self):
+        pass
+
+
+def make_env(task, benchmark, render_request):
+    return Extreme(task)
+"""
+
+
+@pytest.mark.parametrize("lockstep", ["1", "2"])
+def test_extreme_but_finite_env_values_are_env_errors_and_the_run_stays_readable(
+    fake: pytest.Pytester, lockstep: str
+) -> None:
+    """Rewards that sum past the float range and extras no float holds are env errors naming what
+    overflowed; the session ends with a summary, and a later session and a merge read the run (an
+    ``Infinity`` in the log, or an int of 400 digits in a record, stopped both)."""
+    fake.makepyfile(extreme_envs=EXTREME_ENVS)
+    tasks = "".join(
+        f"  - {{env_id: {env_id}, split: extreme, max_steps: 3, memory_type: Object}}\n"
+        for env_id in ("Overflow-v0", "IntReward-v0", "HugeExtra-v0", "LongExtra-v0", "BigReturn-v0")
+    )
+    text = (fake.path / "fake.yaml").read_text().replace("fake_env:make_env", "extreme_envs:make_env")
+    fake.makefile(".yaml", extreme=text.split("tasks:")[0] + "tasks:\n" + tasks)
+    args = ["--benchmark=extreme.yaml", "--episodes=2", "-p", "no:cacheprovider", f"--vla-lockstep={lockstep}"]
+    result = fake.runpytest(*args)
+    assert "INTERNALERROR" not in result.stdout.str()
+    namespace: dict = {}
+    exec(EXTREME_ENVS, namespace)
+    run = run_dir(fake)
+    records = episode_records(run)
+    assert len(records) == 10
+    for (env_id, _), record in records.items():
+        if env_id == "BigReturn-v0":
+            assert (record["outcome"], record["episode_return"], record["extras"]) == ("failure", 1e308, {"bar": 1e308})
+        else:
+            assert (record["outcome"], record["error_kind"]) == ("error", "env"), record
+            assert namespace["ERRORS"][env_id] in record["message"], record["message"]
+    assert read_json(run / "BigReturn-v0.json")["mean_return"] == 1e308  # two returns of 1e308 sum past the range
+    assert read_json(run / "summary.json")["mean_bar"] == 1e308
+    for path in [*run.glob("*.json"), *run.glob("episodes/*.jsonl")]:
+        for line in path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]:
+            strict_json.loads(line)
+    again = fake.runpytest(*args, "--vla-resume")
+    assert again.ret == pytest.ExitCode.NO_TESTS_COLLECTED, again.stdout.str()  # nothing left to run: it read the run
+    assert vlaeval(["merge", str(run), "--out", str(fake.path / "merged")]) == 0
+    assert read_json(fake.path / "merged" / "summary.json")["n_errors"] == 8

@@ -6,15 +6,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_usage_error
+from helpers import assert_one_line_usage_error, make_interpreter_with_own_copy, package_copy
 
 from pytest_vlaeval.cli import COMMANDS
-from pytest_vlaeval.install import installer
+from pytest_vlaeval.install import command, installer, interpreters
 from pytest_vlaeval.install.command import plan
 from pytest_vlaeval.install.stacks import STACKS
 
@@ -156,6 +157,52 @@ def test_system_deps_without_apt_is_one_line_saying_what_to_install(monkeypatch:
     assert isinstance(line, str) and "libegl1" in line and "\n" not in line
 
 
+@pytest.mark.parametrize("name", [*STACKS, "fakesim", "sh"])
+def test_vlaeval_install_is_advised_only_for_an_interpreter_it_makes(name: str) -> None:
+    """The advice parses as ``vlaeval install`` and installs into interpreter ``name`` itself; a
+    name of the user's gets none (that command refuses it)."""
+    advice = interpreters.install_command(name)
+    if name not in STACKS:
+        assert advice is None
+        return
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    words = shlex.split(advice)
+    assert words[:2] == ["vlaeval", "install"]
+    assert command.target(parser.parse_args(words[2:])) == str(interpreters.interpreter_python(name))
+
+
+@pytest.mark.parametrize("copy", ["this one", "edited"])
+def test_the_plan_replaces_another_copy_of_this_package_even_at_this_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy: str
+) -> None:
+    """So ``vlaeval install NAME``, which a session's refusal of that copy advises, fixes it."""
+    monkeypatch.setenv(interpreters.INTERPRETER_DIR_ENV, str(tmp_path))
+    python = make_interpreter_with_own_copy(tmp_path / "pusht")
+    if copy == "edited":
+        (package_copy(tmp_path / "pusht") / "spec.py").write_text("# another copy\n")
+    commands = plan(argparse.Namespace(stack="pusht", system_deps=False, own_interpreter=True))
+    assert not isinstance(commands, str)
+    replacing = [c.argv for c in commands if "--force-reinstall" in c.argv]
+    if copy == "this one":
+        assert replacing == []
+    else:
+        assert replacing == [installer.pip_command(interpreters.package_step(), str(python)).argv]
+        assert commands[0].argv == replacing[0]  # then every later step, as after any unmet step
+
+
+def test_an_interpreter_of_its_own_that_is_not_python_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(interpreters.INTERPRETER_DIR_ENV, str(tmp_path))
+    (tmp_path / "pusht" / "bin").mkdir(parents=True)
+    (tmp_path / "pusht" / "bin" / "python").symlink_to("/bin/sh")
+    args = argparse.Namespace(stack="pusht", system_deps=False, own_interpreter=True, check=False, dry_run=True)
+    assert command.run(args) == 1
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"vlaeval install: {tmp_path / 'pusht' / 'bin' / 'python'} did not say which pytest-vlaeval")
+
+
 # -- the check --------------------------------------------------------------------------------
 
 
@@ -212,7 +259,7 @@ def test_the_plugin_check_names_each_loaded_plugin_the_interpreter_lacks_or_hold
     installed = InstalledIn([tmp_path])
     loaded = [("pytest-foo", "1.0"), ("pytest-bar", "2.1"), ("pytest-baz", "0.3"), ("pytest-xdist", "0.0")]
     loaded.append(("pytest_vlaeval", "0.0"))
-    assert missing_plugins(installed, loaded) == ["pytest-bar 2.1", "pytest-baz 0.3"]
+    assert missing_plugins(installed, loaded) == ["pytest-bar==2.1", "pytest-baz==0.3"]
     plugins = pytest_plugins()
     assert "pytest-xdist" not in plugins and "pytest-vlaeval" not in plugins, plugins
     assert plugins == {n: importlib.metadata.version(n) for n in plugins}, "each at this env's version"

@@ -10,6 +10,8 @@ from helpers import read_json, run_dir
 
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy import as_action_chunk
+from pytest_vlaeval.policy.contract import describe_policy
+from pytest_vlaeval.results import strict_json
 
 SHORT = ["--benchmark=fake.yaml:short"]
 
@@ -104,3 +106,22 @@ def test_bad_policy_output_is_an_error_naming_the_problem(fake: pytest.Pytester,
     assert summary["tasks_without_results"] == ["Alpha-v0"]
     if policy == "Raises":  # the policy's own traceback is kept for the user
         result.stdout.fnmatch_lines(["*episode error traceback*", "*in act*", "*RuntimeError: model exploded*"])
+
+
+def test_a_config_holding_nan_or_inf_is_described_in_json_a_run_can_hold() -> None:
+    """JSON has no NaN: the run's policy.json and every record carry such a value as its text, so a
+    policy's configuration never makes the run unreadable (or the record unwritable)."""
+
+    class Configured:
+        name = "configured"
+
+        def __init__(self) -> None:
+            self.config = {
+                "temperature": float("nan"),
+                "bounds": [np.float32("inf"), -float("inf")],
+                "steps": np.int64(3),
+            }
+
+    described = describe_policy(Configured(), "configured")
+    assert described["config"] == {"temperature": "nan", "bounds": ["inf", "-inf"], "steps": 3}
+    assert strict_json.loads(strict_json.dumps(described)) == described

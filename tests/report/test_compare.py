@@ -1,19 +1,31 @@
 """vlaeval compare on real sessions of the fake benchmark: three checkpoints, the paired
-differences the gate computes, the files it writes, and one line for runs that cannot be compared."""
+differences the gate computes, the files it writes, and one line for runs that cannot be compared;
+on canonical files written here, received runs whose files disagree with one another, and names
+that hold terminal control sequences or markup."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import checkpoint_runs, read_page
+from helpers import TESTS, checkpoint_runs, read_page, record
 
 import pytest_vlaeval
+from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.fixed import FixedGate, paired_interval
+from pytest_vlaeval.printable import UNSAFE
 from pytest_vlaeval.report.comparison import OVERALL, ComparisonError, load_run
+from pytest_vlaeval.results.canonical import summary
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.spec import resolve_benchmark, select
 
 
 def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: pytest.Pytester) -> None:
@@ -83,3 +95,128 @@ def test_runs_of_different_protocols_are_refused_with_one_line(fake: pytest.Pyte
 def test_a_folder_that_is_no_run_is_refused_with_one_line(tmp_path: Path) -> None:
     with pytest.raises(ComparisonError, match="not a run directory"):
         pytest_vlaeval.compare(tmp_path)
+
+
+# -- received runs: files that disagree with one another, names that are not plain text ------------
+
+
+def canonical_run(directory: Path) -> Path:
+    """The canonical files of a run of the fake benchmark's short split, written here (no session):
+    each task succeeded on seed 100 and failed on 101."""
+    benchmark, _ = resolve_benchmark(str(TESTS / "fake.yaml"))
+    latest = LatestRecords(RunDir(directory))
+    for task in ("Alpha-v0", "Beta-v0"):
+        latest.add(record(task, 100, "success"))
+        latest.add(record(task, 101, "failure"))
+    body, per_task = summary(select(benchmark, "short", episodes=2), latest, interrupted=False)
+    directory.mkdir()
+    (directory / "summary.json").write_text(json.dumps(body))
+    for result in per_task:
+        RunDir(directory).task(result["env_id"]).write_text(json.dumps(result))
+    return directory
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], object]) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+INCONSISTENT = {
+    "a one-value task interval": (
+        "Alpha-v0.json",
+        lambda d: d.update(sr_ci95=[0.1]),
+        "Alpha-v0.json: sr_ci95 holds 1 values",
+    ),
+    "an empty split interval": ("summary.json", lambda d: d.update(sr_split_ci95=[]), "sr_split_ci95 holds 0 values"),
+    "seeds and successes of different lengths": (
+        "Alpha-v0.json",
+        lambda d: d.update(successes=[True]),
+        "Alpha-v0.json: episode_seeds holds 2 seeds but successes 1 outcomes",
+    ),
+    "a group without its interval": (
+        "summary.json",
+        lambda d: d["sr_per_memory_type_ci95"].pop("Object"),
+        "summary.json: sr_per_memory_type_ci95 has no interval for the memory type group 'Object'",
+    ),
+    "a task without its axis field": (
+        "Alpha-v0.json",
+        lambda d: d.pop("memory_type"),
+        "Alpha-v0.json: memory_type (the task's memory type group) is missing",
+    ),
+    "a task file of another env": (
+        "Alpha-v0.json",
+        lambda d: d.update(env_id="Beta-v0"),
+        "Alpha-v0.json: env_id is 'Beta-v0', not the 'Alpha-v0' its name says",
+    ),
+    "a task listed twice": (
+        "summary.json",
+        lambda d: d["tasks"].append("Alpha-v0"),
+        "summary.json: tasks names a task twice",
+    ),
+    "a task's group without its SR": (
+        "summary.json",
+        lambda d: (d["sr_per_memory_type"].pop("Object"), d["sr_per_memory_type_ci95"].pop("Object")),
+        "summary.json: sr_per_memory_type has no SR for 'Object', the memory type group of Alpha-v0",
+    ),
+    "results without a split SR": (
+        "summary.json",
+        lambda d: d.update(sr_split=None),
+        "summary.json: sr_split or sr_split_ci95 is null, yet 2 tasks have results",
+    ),
+    "no interval method": (
+        "summary.json",
+        lambda d: d["ci95_methods"].pop("sr_split_ci95"),
+        "summary.json: ci95_methods has no sr_split_ci95",
+    ),
+    "other axes than the first run's": (
+        "summary.json",
+        lambda d: d.update(axes=d["axes"][:1]),
+        "their summaries group by other axes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", INCONSISTENT)
+def test_a_run_whose_files_disagree_is_refused_in_one_line_naming_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """Each file is type-valid; together they are not a run this package writes (each crashed the
+    rendering: an IndexError, zip()'s ValueError, a KeyError, too many values to unpack)."""
+    first, second = canonical_run(tmp_path / "first"), canonical_run(tmp_path / "second")
+    name, change, expected = INCONSISTENT[case]
+    edit(second / name, change)
+    with pytest.raises(ComparisonError, match=re.escape(expected)):
+        pytest_vlaeval.compare(first, second)
+    assert vlaeval(["compare", str(first), str(second), "--out", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and expected in err, err
+    assert not (tmp_path / "compare.md").exists()
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x1b[32mPASS: all good\x1b[0m\u202e<img src=x onerror=alert(1)>|**PASS**"
+"""Set the title, clear the screen, print a green verdict; reverse what follows; an image, a cell, emphasis."""
+
+
+def test_received_names_reach_the_terminal_and_compare_md_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = canonical_run(tmp_path / "first"), canonical_run(tmp_path / "second")
+    for run in (first, second):
+        edit(run / "Alpha-v0.json", lambda d: d.update(memory_type=HOSTILE))
+
+        def rename(d: dict[str, Any]) -> None:
+            d["model"] = {"name": HOSTILE}
+            for key in ("sr_per_memory_type", "sr_per_memory_type_ci95"):
+                d[key][HOSTILE] = d[key].pop("Object")
+
+        edit(run / "summary.json", rename)
+    assert vlaeval(["compare", str(first), str(second), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    markdown = (tmp_path / "compare.md").read_text()
+    for text in (printed, markdown):
+        assert not UNSAFE.search(text.replace("\n", "")), "no control character reaches the terminal or the file"
+        assert "\\\\x1b\\]0;owned" in text and "\\\\u202e" in text, "shown as escapes (in markdown: escaped again)"
+        assert "<img" not in text and "**PASS**" not in text
+    row = next(line for line in markdown.splitlines() if line.startswith("| memory type "))
+    assert row.replace("\\|", "").count("|") == 5, "the group's name stays in its cell: one row, 4 cells"

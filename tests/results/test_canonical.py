@@ -4,15 +4,17 @@ them: ``tests/controller/test_plugin.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from helpers import TESTS, record
 
+from pytest_vlaeval import spec_file
 from pytest_vlaeval.results.canonical import summary, task_result
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import resolve_benchmark, select
+from pytest_vlaeval.spec import Extra, builtin_benchmarks, load_benchmark, resolve_benchmark, select
 
 HERE = TESTS
 
@@ -66,3 +68,53 @@ def test_task_result_orders_episodes_by_seed() -> None:
         benchmark.task("Beta-v0"), [record("Beta-v0", 101, "success"), record("Beta-v0", 100, "failure")], selection
     )
     assert result["episode_seeds"] == [100, 101] and result["successes"] == [False, True] and result["complete"]
+
+
+@pytest.mark.parametrize("path", [*sorted(builtin_benchmarks().values()), TESTS / "fake.yaml"], ids=lambda p: p.stem)
+def test_the_canonical_files_have_exactly_the_keys_the_benchmark_file_names(tmp_path: Path, path: Path) -> None:
+    """One list of the keys a benchmark file names (``spec_file.keys_made``) is both what load
+    checks for clashes and what the writer makes: every key beyond the files' fixed ones is on it."""
+    benchmark = load_benchmark(path)
+    document, *_ = spec_file.parse(spec_file.read_yaml(path), path)
+    task = benchmark.tasks[0]
+    latest = LatestRecords(RunDir(tmp_path))
+    latest.add(record(task.env_id, benchmark.start_seed, "success"))
+    body, (result,) = summary(select(benchmark, "all", env_ids=[task.env_id], episodes=1), latest, interrupted=False)
+    made = {file: {key for _, key in keys} for file, keys in spec_file.keys_made(document).items()}
+    assert set(body) - spec_file.FIXED_KEYS["summary.json"] == made["summary.json"]
+    assert set(result) - spec_file.FIXED_KEYS["<ENV_ID>.json"] == made["<ENV_ID>.json"]
+
+
+@pytest.mark.parametrize(
+    ("reporting", "key"),
+    [({"pooled_success_key": "sr_split"}, "sr_split"), ({"extras": (Extra("bar", "mean", "n_errors"),)}, "n_errors")],
+)
+def test_the_writer_never_writes_one_key_over_another(tmp_path: Path, reporting: dict, key: str) -> None:
+    """Load refuses a file whose keys clash; a benchmark built past that check stops the write
+    instead of losing one of the two values."""
+    benchmark, _ = resolve_benchmark(str(HERE / "fake.yaml"))
+    clashing = dataclasses.replace(benchmark, reporting=dataclasses.replace(benchmark.reporting, **reporting))
+    latest = LatestRecords(RunDir(tmp_path))
+    latest.add(record("Alpha-v0", 100, "success"))
+    with pytest.raises(RuntimeError, match=f"the canonical key '{key}' is made twice"):
+        summary(select(clashing, "short", episodes=1), latest, interrupted=False)
+
+
+def test_a_grid_over_a_title_cased_axis_names_its_groups_as_the_files_write_them(tmp_path: Path) -> None:
+    """The split's groups are written title-cased (``Short``); the grid's declared ``short`` is that
+    group, so its cells get their tasks' SRs instead of all staying empty."""
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        'name: grid\nenv: {factory: "fake_env:make_env", action_dim: 7, policy_obs_keys: [rgb]}\n'
+        "axes:\n  - {field: split, title_case: true}\n  - {field: change, summary: sr_per_change}\n"
+        "grid: {rows: split, columns: change, row_groups: [short, long], column_groups: [obj], total: the mean}\n"
+        "tasks:\n  - {env_id: A-v0, split: short, change: obj, max_steps: 4}\n"
+        "  - {env_id: B-v0, split: long, change: obj, max_steps: 4}\n"
+    )
+    benchmark = load_benchmark(path)
+    latest = LatestRecords(RunDir(tmp_path))
+    latest.add(record("A-v0", 0, "success"))
+    latest.add(record("B-v0", 0, "failure"))
+    grid = summary(select(benchmark, "all"), latest, interrupted=False)[0]["grid"]
+    assert grid["cells"] == {"Short": {"obj": 1.0}, "Long": {"obj": 0.0}}
+    assert grid["complete"] and grid["total"] == 0.5 and grid["missing_cells"] == []

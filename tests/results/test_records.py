@@ -8,13 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import read_json, run_dir
+from helpers import peak_bytes, read_json, run_dir
 
 from pytest_vlaeval.cli import main as vlaeval
-from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.controller.ledger import Ledger
+from pytest_vlaeval.errors import PolicyError, SpecError
 from pytest_vlaeval.results.latest import LatestRecords
-from pytest_vlaeval.results.record import EpisodeRecord
+from pytest_vlaeval.results.record import DETAIL_LIMIT, MAX_ATTEMPT, MAX_LINE_BYTES, EpisodeRecord, error_record
 from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.store import RunStore
 
 SHORT = ["--benchmark=fake.yaml:short"]
 
@@ -83,7 +85,8 @@ def test_the_controller_parses_each_record_once(fake: pytest.Pytester, monkeypat
     result = fake.runpytest_inprocess(*SHORT, "--episodes=2", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 4
-    assert sorted(parsed) == [("Alpha-v0", 100), ("Alpha-v0", 101), ("Beta-v0", 100), ("Beta-v0", 101)]
+    # Once off its report, once as the writer checks its log line (``record_line``): never from a log.
+    assert sorted(parsed) == sorted(2 * [("Alpha-v0", 100), ("Alpha-v0", 101), ("Beta-v0", 100), ("Beta-v0", 101)])
 
 
 def test_failed_episodes_are_results_and_errors_keep_their_tracebacks(fake: pytest.Pytester) -> None:
@@ -134,3 +137,147 @@ def test_a_run_directory_keeps_its_benchmark_and_merges_without_it(
     assert vlaeval(["merge", str(a), str(b), "--out", str(out)]) == 0, capsys.readouterr().out
     assert read_json(out / "summary.json")["n_completed"] == 6
     assert (out / "benchmark.yaml").read_bytes() == (a / "benchmark.yaml").read_bytes()
+
+
+EARLY = "2026-01-01T00:00:00+00:00"
+FUTURE = "9999-12-31T23:59:59+00:00"
+
+
+def test_a_rerun_wins_over_what_it_reran_whatever_the_clocks_say(tmp_path: Path) -> None:
+    """A received record stamped in the year 9999, and a shard whose clock runs three hours fast:
+    each rerun session reads the run, numbers its attempts past what it read and appends to its own
+    log, and its records are the latest, though stamped earlier."""
+    run = RunDir(tmp_path)
+    run.episodes.mkdir()
+    (run.episodes / "received.jsonl").write_text(line(record("A", 1, "error", FUTURE)))
+    (run.episodes / "fast-clock.jsonl").write_text(line(record("B", 1, "error", "2026-01-01T03:00:00+00:00")))
+    for session in range(2):
+        ledger = Ledger(LatestRecords.read(run), retries=0)
+        store = RunStore(tmp_path, label=f"rerun{session}")
+        for task in ("A", "B"):
+            store.append(ledger.number(record(task, 1, "failure", EARLY)))
+        store.close()
+    latest = LatestRecords.read(run)
+    assert {key: (rec.outcome, rec.attempt) for key, rec in latest.items()} == {
+        ("A", 1): ("failure", 3),
+        ("B", 1): ("failure", 3),
+    }
+
+
+def test_attempts_of_one_number_are_ordered_by_time_and_records_without_a_number_are_first_attempts(
+    tmp_path: Path,
+) -> None:
+    """Sessions that did not know of each other both make attempt 1: the one stamped later is the
+    latest, whichever log is read first. A record without ``attempt`` is a first attempt."""
+    run = RunDir(tmp_path)
+    run.episodes.mkdir()
+    (run.episodes / "a.jsonl").write_text(line(record("A", 1, "success", "2026-01-01T00:00:00.500000+00:00")))
+    (run.episodes / "b.jsonl").write_text(line(record("A", 1, "failure", "2026-01-01T00:00:00+00:00")))
+    unnumbered = record("B", 1, "failure", "2026-01-01T00:00:05+00:00").to_dict()
+    del unnumbered["attempt"]
+    (run.episodes / "c.jsonl").write_text(
+        json.dumps(unnumbered) + "\n" + line(record("B", 1, "success", "2026-01-01T00:00:04+00:00"))
+    )
+    latest = LatestRecords.read(run)
+    assert latest[("A", 1)].outcome == "success"
+    assert latest[("B", 1)].outcome == "failure" and latest[("B", 1)].attempt == 1
+
+
+@pytest.mark.parametrize(
+    ("time", "why"),
+    [
+        ("yesterday", "Invalid isoformat string"),
+        ("2026-01-01T00:00:00+02:00", "is not in UTC"),
+    ],
+)
+def test_a_record_time_that_is_no_utc_timestamp_is_refused(tmp_path: Path, time: str, why: str) -> None:
+    log = tmp_path / "episodes" / "received.jsonl"
+    log.parent.mkdir()
+    log.write_text(line(record("A", 1, "success", EARLY)) + line(record("A", 2, "success", time)))
+    with pytest.raises(SpecError, match=rf"received.jsonl line 2 is not an episode record \(ValueError: .*{why}"):
+        LatestRecords.read(RunDir(tmp_path))
+
+
+@pytest.mark.parametrize("attempt", [0, MAX_ATTEMPT + 1])
+def test_an_attempt_number_no_run_makes_is_refused(tmp_path: Path, attempt: int) -> None:
+    log = tmp_path / "episodes" / "received.jsonl"
+    log.parent.mkdir()
+    log.write_text(line(dataclasses.replace(record("A", 1, "success", EARLY), attempt=attempt)))
+    with pytest.raises(SpecError, match=rf"line 1 is not an episode record \(ValueError: attempt {attempt} is not"):
+        LatestRecords.read(RunDir(tmp_path))
+
+
+def test_a_record_stamped_a_day_ahead_of_the_records_after_it_in_its_log_is_refused(tmp_path: Path) -> None:
+    """Workers stamp records with their own clocks, so a log's times may run back a little; a record
+    over a day ahead of what its session wrote after it did not get its time from that session."""
+    log = tmp_path / "episodes" / "received.jsonl"
+    log.parent.mkdir()
+    log.write_text(
+        line(record("A", 1, "success", "2026-01-01T01:00:00+00:00"))
+        + line(record("A", 2, "success", "2026-01-01T00:00:00+00:00"))  # an hour back: another worker's clock
+    )
+    latest = LatestRecords.read(RunDir(tmp_path))
+    assert len(latest) == 2
+    with log.open("a") as f:
+        f.write(line(record("A", 3, "error", FUTURE)) + line(record("B", 1, "success", "2026-01-01T00:00:02+00:00")))
+    with pytest.raises(
+        SpecError, match=r"received.jsonl line 3 is not an episode record \(stamped 9999-12-31T23:59:59"
+    ):
+        latest.catch_up()
+
+
+def test_a_line_too_long_to_be_a_record_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    """A sparse 3 GiB 'log' (no disk space, all zero bytes) is refused at once, in bounded memory."""
+    log = tmp_path / "episodes" / "huge.jsonl"
+    log.parent.mkdir()
+    log.write_text(line(record("A", 1, "success", EARLY)))
+    with log.open("r+b") as f:
+        f.truncate(3 * 2**30)
+    refused: list[str] = []
+
+    def read() -> None:
+        with pytest.raises(SpecError) as caught:
+            LatestRecords.read(RunDir(tmp_path))
+        refused.append(str(caught.value))
+
+    assert peak_bytes(read) < 3 * MAX_LINE_BYTES
+    (message,) = refused
+    assert (
+        f"huge.jsonl line 2 is not an episode record (longer than {MAX_LINE_BYTES // 2**20} MiB); inspect it, then remove it with: sed"
+        in message
+    )
+    assert "\n" not in message
+
+
+def test_records_of_episodes_outside_the_run_are_counted_not_kept(tmp_path: Path) -> None:
+    """A received log of 4,000 records for seeds the run does not hold (25 MB) costs no memory."""
+    log = tmp_path / "episodes" / "received.jsonl"
+    log.parent.mkdir()
+    padded = dataclasses.replace(record("A", 0, "success", EARLY), detail="x" * 6000)
+    with log.open("w") as f:
+        f.write(line(record("A", 1, "failure", EARLY)))
+        for seed in range(1000, 5000):
+            f.write(line(dataclasses.replace(padded, seed=seed)))
+    assert log.stat().st_size > 24_000_000
+    kept: list[LatestRecords] = []
+    assert peak_bytes(lambda: kept.append(LatestRecords.read(RunDir(tmp_path), [("A", 1), ("A", 2)]))) < 2_000_000
+    (latest,) = kept
+    assert dict(latest) == {("A", 1): record("A", 1, "failure", EARLY)} and latest.outside == 4_000
+
+
+def test_an_error_record_keeps_the_start_and_end_of_a_huge_detail(tmp_path: Path) -> None:
+    """A policy's exception may hold megabytes; its record stays a line every reader takes."""
+    try:
+        raise ValueError("start " + "\x00" * (DETAIL_LIMIT + 1_000_000) + " end")
+    except ValueError as exc:
+        cause = exc
+    error = PolicyError("the policy raised " + str(cause))
+    error.__cause__ = cause
+    made = error_record("A", 1, error, worker="gw0")
+    assert made.detail is not None and len(made.detail) < DETAIL_LIMIT + 100
+    assert made.detail.startswith("the policy raised start") and made.detail.rstrip().endswith(" end")
+    assert "characters left out" in made.detail
+    store = RunStore(tmp_path)
+    store.append(made)
+    store.close()
+    assert LatestRecords.read(RunDir(tmp_path))[("A", 1)] == made

@@ -82,49 +82,52 @@ def test_a_shard_with_episodes_of_its_own_left_is_completed_by_itself(fake: pyte
 
 
 # -- a full disk ---------------------------------------------------------------------------------
-# /dev/full is a real device whose every write fails with ENOSPC, as on a full file system; a
-# run's file is pointed at it through a symlink (no root, no mount, runs on any Linux CI).
+# The disk fills at each write's own seam (no root, no mount, runs on any Linux CI): a log is
+# opened on /dev/full, a real device whose every write fails with ENOSPC as on a full file system;
+# a whole file's atomic write raises ENOSPC. (A link to /dev/full at the path would not do: a run's
+# files are never written through a link.)
 
 
-def full(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    path.symlink_to("/dev/full")
-    return path
+def fill_disk(monkeypatch: pytest.MonkeyPatch, *full: Path) -> None:
+    """Every atomic write of one of ``full`` finds the disk full."""
+    write = store._write_atomic
+
+    def no_space(path: Path, data: bytes) -> None:
+        if path in full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(path, data)
+
+    monkeypatch.setattr(store, "_write_atomic", no_space)
 
 
 FULL_LOG = """
-from pathlib import Path
-
 from pytest_vlaeval.results.rundir import RunDir
 
-
-def full_log(self, label=""):
-    path = self.episodes / "full.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_symlink():
-        path.symlink_to("/dev/full")
-    return path
+open_appending = RunDir.open_appending
 
 
-RunDir.new_log = full_log
+def onto_a_full_disk(self, path, mode="a"):
+    return open("/dev/full", mode) if path.parent == self.episodes else open_appending(self, path, mode)
+
+
+RunDir.new_log = lambda self, label="": self.episodes / "full.jsonl"
+RunDir.open_appending = onto_a_full_disk
 """
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_full_disk_during_a_record_append_stops_in_one_line(fake: pytest.Pytester, workers: list[str]) -> None:
     args = [*SHORT, "--vla-tasks=Alpha-v0", *workers]
-    conftest = fake.makeconftest(FULL_LOG)  # this session's log is /dev/full
+    conftest = fake.makeconftest(FULL_LOG)  # this session's log is written to /dev/full
     result = fake.runpytest_subprocess(*args)
     conftest.unlink()
     log = run_dir(fake) / "episodes" / "full.jsonl"
-    log.unlink()  # reading /dev/full would never end
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR, result.stdout.str()
     out = result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in out and "Traceback" not in out
     result.stdout.fnmatch_lines(
         [
-            f"*Exit: no space left on /dev writing {log}; the episodes stored before it are kept: free space, "
+            f"*Exit: no space left on * writing {log}; the episodes stored before it are kept: free space, "
             "then run pytest * --vla-rerun=incomplete*"
         ]
     )
@@ -133,13 +136,16 @@ def test_a_full_disk_during_a_record_append_stops_in_one_line(fake: pytest.Pytes
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 3
 
 
-def test_a_chart_or_report_the_disk_refuses_is_one_line_and_never_decides_the_exit(fake: pytest.Pytester) -> None:
+def test_a_chart_or_report_the_disk_refuses_is_one_line_and_never_decides_the_exit(
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = [*SHORT, "--policy=zero", "--vla-tasks=Alpha-v0"]
     fake.runpytest(*args, "--vla-results=baseline")
     (baseline,) = (fake.path / "baseline").iterdir()
     fake.runpytest(*args)
     directory = run_dir(fake)
-    chart, report = full(directory / "summary.png"), full(directory / "report.md")
+    chart, report = directory / "summary.png", directory / "report.md"
+    fill_disk(monkeypatch, chart, report)
     # 3 seeds cannot decide; the gate's own exit for that is set to 0, so any other status is the disk's
     gated = [f"--vla-baseline={baseline}", "--vla-undecided-exit=0"]
     result = fake.runpytest(*args, *gated, "--vla-rerun=failures")
@@ -149,8 +155,8 @@ def test_a_chart_or_report_the_disk_refuses_is_one_line_and_never_decides_the_ex
     result.stdout.fnmatch_lines(
         [
             "*Alpha-v0 * Short * Object *",
-            f"not written: no space left on /dev writing {chart}",
-            f"not written: no space left on /dev writing {report}",
+            f"not written: no space left on * writing {chart}",
+            f"not written: no space left on * writing {report}",
             "vlaeval gate: UNDECIDED*",
         ]
     )
@@ -169,10 +175,10 @@ def test_canonical_files_the_disk_refuses_are_one_line_and_never_a_pass(
     fake.runpytest(*args)
     first_canonical = run_dir(fake) / "Alpha-v0.json"
 
-    def no_space(path: Path, payload: object) -> None:
+    def no_space(path: Path, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store, "_write_text_atomic", no_space)
+    monkeypatch.setattr(store, "_write_atomic", no_space)
     gated = [f"--vla-baseline={baseline}", "--vla-undecided-exit=0"]  # the gate alone would exit 0
     result = fake.runpytest(*args, *gated, "--vla-rerun=failures")
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
@@ -183,19 +189,38 @@ def test_canonical_files_the_disk_refuses_are_one_line_and_never_a_pass(
 
 
 def test_a_merge_whose_chart_the_disk_refuses_says_so_and_keeps_the_merged_run(
-    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for index in (1, 2):
         fake.runpytest(*SHORT, f"--vla-results=shard{index}", f"--vla-shard={index}/2")
     (first,) = (fake.path / "shard1").iterdir()
     (second,) = (fake.path / "shard2").iterdir()
     out = fake.path / "merged"
-    chart = full(out / "summary.png")
+    chart = out / "summary.png"
+    fill_disk(monkeypatch, chart)
     assert (
         vlaeval(["merge", str(first), str(second), "--out", str(out), "--benchmark", str(fake.path / "fake.yaml")]) == 0
     )
-    assert f"not written: no space left on /dev writing {chart}" in capsys.readouterr().out
+    assert f" writing {chart}" in capsys.readouterr().out
     assert read_json(out / "summary.json")["n_completed"] == 6 and not chart.exists()
+
+
+def test_a_merge_whose_summary_the_disk_refuses_leaves_no_page_or_chart_of_a_verdict(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pages and the chart read the summary: written only after it, removed when it could not
+    be, so none of them shows a verdict the run's files do not hold."""
+    fake.runpytest(*SHORT)
+    run = run_dir(fake)
+    derived = [run / name for name in ("report.md", "summary.png", "report.html")]
+    assert all(path.is_file() for path in derived)
+    (run / "summary.json").unlink()
+    fill_disk(monkeypatch, run / "summary.json")
+    capsys.readouterr()
+    assert vlaeval(["merge", str(run)]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("vlaeval merge: no space left on ") and out.endswith(f" writing {run / 'summary.json'}\n")
+    assert [path.name for path in derived if path.exists()] == []
 
 
 # -- the size of a collection ----------------------------------------------------------------------

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_usage_error, episode_records, perfect_baseline, read_json, run_dir
+from helpers import assert_one_line_usage_error, episode_records, peak_bytes, perfect_baseline, read_json, run_dir
 
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.stats import mcnemar_exact, wilson
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
+from pytest_vlaeval.results.record import MAX_LINE_BYTES
 from pytest_vlaeval.results.subset import shard
 from pytest_vlaeval.spec import resolve_benchmark, select
 
@@ -201,6 +202,21 @@ def test_merge_reports_a_missing_shard_and_refuses_a_different_run(
     assert "is not the same run" in capsys.readouterr().out and "policy" in out + "policy"
 
 
+def test_merge_names_only_the_missing_shards_that_hold_episodes(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A split into a billion shards leaves all but the first few empty: merge names the missing
+    ones that hold an episode, at the cost of the episodes, not of the shard count."""
+    fake.runpytest(*SHORT, "--vla-results=a", "--vla-shard=1/1000000000")
+    (a,) = (fake.path / "a").iterdir()
+    assert vlaeval(["merge", str(a)]) == 0
+    out = capsys.readouterr().out
+    expected = re.search(r"episodes: 1 completed, 0 errors, (\d+) missing of (\d+)", out)
+    assert expected is not None and int(expected.group(1)) == int(expected.group(2)) - 1 >= 1, out
+    named = re.findall(r"shard (\d+)/1000000000 has no episode log", out)
+    assert named == [str(i) for i in range(2, int(expected.group(2)) + 1)], out
+
+
 def test_shards_are_deterministic_disjoint_and_balanced() -> None:
     benchmark, _ = resolve_benchmark("mikasa:short")
     selection = select(benchmark, "short")
@@ -276,7 +292,7 @@ def test_report_goes_to_the_github_step_summary(fake: pytest.Pytester, monkeypat
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     fake.runpytest(*SHORT)
     text = step_summary.read_text()
-    assert text.startswith("## Fake-Bench: short split, policy `random`") and "| split Short |" in text
+    assert text.startswith("## Fake-Bench: short split, policy random") and "| split Short |" in text
 
 
 def test_incomplete_run_prints_the_command_that_completes_it(fake: pytest.Pytester) -> None:
@@ -427,3 +443,77 @@ def test_merge_judges_the_whole_run_against_a_baseline(fake: pytest.Pytester, ca
     with pytest.raises(SystemExit) as refused:
         vlaeval(["merge", str(zero), "--baseline", str(perfect), "--alpha", "1"])
     assert refused.value.code == 2 and "argument --alpha: must be in (0, 1), got 1" in capsys.readouterr().err
+
+
+def test_a_rerun_replaces_an_errored_record_stamped_in_the_future(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A received log's errored record stamped in the year 9999: one ``--vla-rerun=errors`` runs the
+    episode again and its record is the latest (numbered past the one it reran), so the error is gone
+    and a second rerun has nothing to do."""
+    fake.runpytest(*SHORT, "--episodes=1")
+    directory = run_dir(fake)
+    received = episode_records(directory)[("Alpha-v0", 100)] | {
+        "outcome": "error", "success": None, "message": "env exploded", "error_kind": "env",
+        "time": "9999-12-31T23:59:59+00:00",
+    }  # fmt: skip
+    (directory / "episodes" / "received.jsonl").write_text(json.dumps(received) + "\n")
+    assert vlaeval(["merge", str(directory)]) == 0
+    assert read_json(directory / "summary.json")["n_errors"] == 1, capsys.readouterr().out
+
+    assert fake.runpytest(*SHORT, "--episodes=1", "--vla-rerun=errors").ret in (0, 1)
+    assert read_json(directory / "summary.json")["n_errors"] == 0
+    rerun = fake.runpytest(*SHORT, "--episodes=1", "--vla-rerun=errors")
+    assert rerun.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def received_log_of_other_episodes(directory: Path, records: int) -> Path:
+    """A log in ``directory`` of ``records`` padded records for seeds its run does not hold."""
+    template = next(iter(episode_records(directory).values())) | {"detail": "x" * 12_000}
+    log = directory / "episodes" / "received.jsonl"
+    with log.open("w") as f:
+        for seed in range(10_000, 10_000 + records):
+            f.write(json.dumps(template | {"seed": seed}) + "\n")
+    return log
+
+
+def merged_within(*args: str) -> tuple[int, int]:
+    """``vlaeval merge ARGS``: its exit status, and the most memory it allocated."""
+    codes: list[int] = []
+    peak = peak_bytes(lambda: codes.append(vlaeval(["merge", *args])))
+    return codes[0], peak
+
+
+def test_merge_leaves_out_records_of_other_episodes_in_bounded_memory(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.runpytest(*SHORT, "--episodes=1")
+    directory = run_dir(fake)
+    assert vlaeval(["merge", str(directory), "--out", str(fake.path / "warm")]) == 0  # imports, caches
+    _, plain = merged_within(str(directory), "--out", str(fake.path / "plain"))
+    assert received_log_of_other_episodes(directory, 2000).stat().st_size > 24_000_000
+    capsys.readouterr()
+    code, grown = merged_within(str(directory), "--out", str(fake.path / "merged"))
+    assert code == 0 and grown < plain + 4_000_000
+    assert "left out 2,000 records of episodes the run's fingerprint does not name" in capsys.readouterr().out
+    assert read_json(fake.path / "merged" / "summary.json")["n_completed"] == 2
+
+
+def test_merge_refuses_a_huge_sparse_log_in_one_line_and_copies_none_of_it(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.runpytest(*SHORT, "--episodes=1")
+    directory = run_dir(fake)
+    huge = directory / "episodes" / "huge.jsonl"
+    with huge.open("wb") as f:
+        f.truncate(3 * 2**30)  # 3 GiB of zero bytes, no disk space
+    capsys.readouterr()
+    for out in (fake.path / "merged", directory):  # another directory, then in place
+        code, peak = merged_within(str(directory), "--out", str(out))
+        assert code == 2 and peak < 3 * MAX_LINE_BYTES
+        printed = capsys.readouterr().out
+        assert (
+            printed.count("\n") == 1
+            and f"{huge} line 1 is not an episode record (longer than {MAX_LINE_BYTES // 2**20} MiB)" in printed
+        )
+    assert (fake.path / "merged" / "episodes" / "huge.jsonl").stat().st_size == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_usage_error, episode_records, read_json, record, run_dir, usage_error
 
-from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.errors import ResultsUnwritable, SpecError
+from pytest_vlaeval.printable import command_line
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import RunStore, run_dir_name
@@ -120,7 +122,7 @@ def test_a_damaged_store_line_is_refused_naming_file_line_and_repair(fake: pytes
     log.write_text(lines[0] + '{"task": "Alpha-v0", "se\n' + "".join(lines[2:]))
     result = fake.runpytest(*args, "--vla-resume")
     assert_one_line_usage_error(result, f"{log} line 2 is not an episode record (JSONDecodeError")
-    assert f"remove it with: sed -i '2d' '{log}'" in usage_error(result)
+    assert f"remove it with: {command_line(['sed', '-i', '2d', str(log)])} " in usage_error(result)
     subprocess.run(["sed", "-i", "2d", str(log)], check=True)
     repaired = fake.runpytest(*args, "--vla-resume")
     repaired.stdout.fnmatch_lines(["*1 of 3 episodes selected*"])
@@ -137,3 +139,32 @@ def test_canonical_files_honour_the_umask(fake: pytest.Pytester) -> None:
     modes = {p.name: p.stat().st_mode & 0o777 for p in directory.iterdir() if p.suffix in (".json", ".md", ".png")}
     assert set(modes) >= {"summary.json", "Alpha-v0.json", "fingerprint.json", "policy.json", "report.md"}
     assert set(modes.values()) == {0o644}, modes
+
+
+# -- links in a received run: the store never writes through one --------------------------------
+
+
+@pytest.mark.parametrize("link", ["episodes", "videos", "ns", ".lock", "server.log"])
+def test_a_link_where_a_session_would_write_is_refused_before_any_episode(tmp_path: Path, link: str) -> None:
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    run.mkdir()
+    (run / link).symlink_to(outside)
+    refused = f"^{re.escape(str(run / link))} is a symbolic link, and a run's files"
+    with pytest.raises((SpecError, ResultsUnwritable), match=refused):
+        RunStore(run).check_writable(["ns/Alpha-v0"])
+    assert not outside.exists()
+
+
+def test_the_log_and_the_lock_are_never_opened_through_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Appended files are opened without following a link: a received run's would create or grow
+    the file it names."""
+    store, outside = RunStore(tmp_path / "run"), tmp_path / "outside"
+    monkeypatch.setattr(RunDir, "new_log", lambda self, label="": self.episodes / "mine.jsonl")
+    store.dir.episodes.mkdir(parents=True)
+    (store.dir.episodes / "mine.jsonl").symlink_to(outside)
+    with pytest.raises(ResultsUnwritable, match=r"mine\.jsonl is a symbolic link"):
+        store.append(record("A", 1, "success"))
+    store.dir.lock.symlink_to(outside)
+    with pytest.raises(ResultsUnwritable, match=r"\.lock is a symbolic link"), store.locked():
+        pass
+    assert not outside.exists()

@@ -5,11 +5,13 @@ then; two sessions never both claim one run."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -237,7 +239,8 @@ def test_a_merge_made_while_a_session_writes_is_brought_up_to_date(
     proc = vlaeval("merge", str(run), "--out", str(merged), cwd=fake.path)
     assert_one_line(proc, f"is not a copy of {log} (nor the start of one): remove {merged / 'episodes' / log.name}")
 
-    monkeypatch.setattr(shutil, "copyfile", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    merge = importlib.import_module("pytest_vlaeval.merge")  # the module the command runs (pytester re-imports it)
+    monkeypatch.setattr(merge, "_copy_log", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
     assert main(["merge", str(run), "--out", str(fake.path / "third")]) == 130
 
 
@@ -257,3 +260,221 @@ def test_a_received_runs_linked_log_is_refused_never_copied(
     assert vlaeval(["merge", str(run), "--out", str(out)]) == 2
     assert "stolen.jsonl is a symbolic link, not an episode log" in capsys.readouterr().out
     assert not (out / "episodes" / "stolen.jsonl").exists() and precious.read_text() == "mine"
+
+
+# -- links in a received run: nothing is written through one ---------------------------------------
+
+
+def received_runs(fake: pytest.Pytester, namespaced: bool = False, shards: int = 2) -> list[Path]:
+    """A received run (shard 1/2) and (``shards=2``) another shard of it (2/2); ``namespaced``: its
+    tasks are ``ns/Alpha-v0`` and ``ns/Beta-v0``, written under the run's folder ``ns``."""
+    if namespaced:
+        spec = fake.path / "fake.yaml"
+        spec.write_text(re.sub(r"env_id: (Alpha|Beta)-v0", r"env_id: ns/\1-v0", spec.read_text()))
+    roots = ["received", "other"][:shards]
+    for index, root in enumerate(roots, 1):
+        fake.runpytest(*SHORT, f"--vla-shard={index}/2", f"--vla-results={root}")
+    return [next((fake.path / root).iterdir()) for root in roots]
+
+
+def link_out(path: Path, outside: Path) -> None:
+    """Put a link to ``outside`` in place of ``path``, a file or folder of a received run: a folder
+    is moved there first, and the files in it the run would write are made to say ``mine``."""
+    if path.is_dir():
+        path.rename(outside)
+    else:
+        path.unlink(missing_ok=True)
+    if path.name == "ns":
+        for name in ("Alpha-v0.json", "Beta-v0.json"):
+            (outside / name).write_text("mine")
+    path.symlink_to(outside)
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("how", ["merge", "resume"])
+def test_a_received_runs_linked_report_and_chart_are_replaced_never_written_through(
+    fake: pytest.Pytester, how: str
+) -> None:
+    from pytest_vlaeval.cli import main as vlaeval
+
+    fake.runpytest(*SHORT)
+    run = run_dir(fake)
+    victims = {name: fake.path / f"victim-{name}" for name in ("report.md", "summary.png")}
+    for name, victim in victims.items():
+        victim.write_text("mine")
+        link_out(run / name, victim)
+    if how == "merge":  # in place, as the Slurm merge job runs it
+        assert vlaeval(["merge", str(run)]) == 0
+    else:
+        fake.runpytest(*SHORT, "--vla-resume")
+    assert [victim.read_text() for victim in victims.values()] == ["mine", "mine"]
+    assert not any((run / name).is_symlink() for name in victims)
+    assert (run / "report.md").read_text().startswith("## Fake-Bench")
+    assert (run / "summary.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("what", ["episodes", "namespace", "lock"])
+def test_a_received_runs_linked_folder_or_lock_is_refused_by_merge_never_followed(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    """A linked ``episodes/`` (where the other shard's log is copied), a linked folder of a namespaced
+    task (where its canonical JSON goes), a linked ``.lock`` to a file that is not there."""
+    from pytest_vlaeval.cli import main as vlaeval
+
+    received, other = received_runs(fake, namespaced=what == "namespace")
+    outside = fake.path / "outside"
+    link = received / {"episodes": "episodes", "namespace": "ns", "lock": ".lock"}[what]
+    link_out(link, outside)
+    before = contents(outside) if outside.is_dir() else None
+    capsys.readouterr()
+    assert vlaeval(["merge", str(received), str(other)]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith(f"vlaeval merge: {link} is a symbolic link, and a run's files are never read or written")
+    assert len(out.splitlines()) == 1, out
+    if before is None:
+        assert not outside.exists(), "the link's target was not created"
+    else:
+        assert contents(outside) == before
+
+
+@pytest.mark.parametrize("what", ["namespace", "lock"])
+def test_a_session_on_a_received_run_with_a_linked_folder_or_lock_stops_before_any_episode(
+    fake: pytest.Pytester, what: str
+) -> None:
+    (received,) = received_runs(fake, namespaced=what == "namespace", shards=1)
+    outside = fake.path / "outside"
+    link = received / {"namespace": "ns", "lock": ".lock"}[what]
+    link_out(link, outside)
+    before = contents(outside) if outside.is_dir() else None
+    result = fake.runpytest(*SHORT, "--vla-shard=1/2", "--vla-results=received", "--vla-resume")
+    assert_one_line_usage_error(result, f"{link} is a symbolic link, and a run's files are never read or written")
+    if before is None:
+        assert not outside.exists(), "the link's target was not created"
+    else:
+        assert contents(outside) == before
+
+
+def test_a_terminated_merge_says_to_run_it_again_as_an_interrupted_one_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """SIGTERM (a CI runner's cancel, ``scancel``) ends a merge as Ctrl-C does, with the same line;
+    the handlers it installed are gone afterwards."""
+    from pytest_vlaeval.cli import main as vlaeval
+
+    merge = importlib.import_module("pytest_vlaeval.merge")
+
+    def terminated(*args: Any) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt the merge")
+
+    def unhandled(signum: int, frame: object) -> None:
+        raise AssertionError("the merge left SIGTERM to the process's own handler")
+
+    monkeypatch.setattr(merge, "merge", terminated)
+    before = signal.signal(signal.SIGTERM, unhandled)  # the test's process survives a merge that handles nothing
+    try:
+        assert vlaeval(["merge", str(tmp_path)]) == 130
+        assert signal.getsignal(signal.SIGTERM) is unhandled
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    interrupted = "vlaeval merge: interrupted; run it again to finish (what it copied is kept, whole)"
+    assert capsys.readouterr().out == interrupted + "\n"
+
+
+# -- what the tool prints of a received run: commands that run as they say, text that stays text --
+
+
+def argv_of(command: str) -> list[str]:
+    """The arguments the shell gives the printed command's program (``bash``: it reads ``$'...'``)."""
+    program, _, _ = command.partition(" ")
+    shown = subprocess.run(
+        ["bash", "-c", f"{program}() {{ printf '%s\\0' \"$@\"; }}; {command}"], capture_output=True, check=True
+    )
+    return os.fsdecode(shown.stdout).split("\0")[:-1]
+
+
+HOSTILE_LOG_NAMES = [
+    "x'; touch PWNED; echo '.jsonl",
+    "$(touch PWNED)`touch PWNED`.jsonl",
+    "x\x1b[2J\u202e'; touch PWNED; echo '.jsonl",
+    "x\n; touch PWNED.jsonl",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE_LOG_NAMES)
+def test_the_advice_for_a_damaged_line_removes_that_line_and_runs_nothing_else(tmp_path: Path, name: str) -> None:
+    """A received log's name chooses what goes into the printed ``sed`` command: run in a shell, the
+    command removes the damaged line of that log, and makes no file (``PWNED``)."""
+    from helpers import record
+
+    from pytest_vlaeval.printable import UNSAFE
+
+    run = tmp_path / "run"
+    (run / "episodes").mkdir(parents=True)
+    log = run / "episodes" / name
+    good = [json.dumps(record("Alpha-v0", seed, "success").to_dict()) + "\n" for seed in (100, 101)]
+    log.write_text(good[0] + '{"task": "Alpha-v0", "se\n' + good[1])
+    with pytest.raises(SpecError) as refused:
+        LatestRecords.read(RunDir(run))
+    message = str(refused.value)
+    assert not UNSAFE.search(message), "the log's name is shown, not acted on by the terminal"
+    advice = re.search(r"remove it with: (.*) \(its episode then counts as never run", message)
+    assert advice is not None, message
+    before = sorted(tmp_path.rglob("*"))
+    subprocess.run(["bash", "-c", advice.group(1)], cwd=tmp_path, check=True)
+    assert sorted(tmp_path.rglob("*")) == before, "the advice made no file"
+    assert log.read_text() == "".join(good)
+    assert len(LatestRecords.read(RunDir(run))) == 2
+
+
+CONTROL_SEQUENCES = "\x1b]0;owned\x07\x1b[2J\x1b[H\x1b[32mvlaeval gate: PASS: all good\x1b[0m\x1b[8m\u202e"
+"""Set the title, clear the screen, home the cursor, a green verdict, conceal; reverse what follows."""
+
+
+def test_merge_prints_a_received_policy_as_text_in_a_command_that_names_it_exactly(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A received fingerprint's policy holds control sequences: merge prints none of them, and its
+    "fill the gaps" command gives pytest that policy, byte for byte."""
+    from pytest_vlaeval.cli import main
+    from pytest_vlaeval.printable import UNSAFE
+
+    fake.runpytest(*SHORT, "--vla-shard=1/2")
+    run = run_dir(fake)
+    fingerprint = json.loads((run / "fingerprint.json").read_text())
+    policy = f"random{CONTROL_SEQUENCES}<img src=x onerror=alert(1)>|**PASS**"
+    (run / "fingerprint.json").write_text(json.dumps({**fingerprint, "policy": policy}))
+    merged = fake.path / "merged"
+    assert main(["merge", str(run), "--out", str(merged)]) == 0
+    printed = capsys.readouterr().out
+    assert not UNSAFE.search(printed.replace("\n", "")), printed
+    (fill,) = [line.split("fill the gaps with: ", 1)[1] for line in printed.splitlines() if "fill the gaps" in line]
+    assert f"--policy={policy}" in argv_of(fill)
+    report = (merged / "report.md").read_text()
+    assert not UNSAFE.search(report.replace("\n", "")) and "<img" not in report and "**PASS**" not in report
+
+
+def test_the_fill_command_names_a_built_in_only_where_the_run_was_made_with_it(tmp_path: Path) -> None:
+    """A received run may call its benchmark ``pusht`` and keep another file: the command then
+    names the file the run keeps, which is the one that can run it."""
+    from pytest_vlaeval.merge import rerun_command
+    from pytest_vlaeval.spec import builtin_benchmarks, load_benchmark
+
+    pusht = load_benchmark(builtin_benchmarks()["pusht"])
+    made_with_pusht = {
+        "benchmark": "pusht",
+        "benchmark_digest": pusht.digest,
+        "split": "all",
+        "tasks": [pusht.tasks[0].env_id],
+        "episodes": 1,
+        "start_seed": 0,
+        "policy": "random",
+        "render": "cpu",
+    }
+    run = RunDir(tmp_path)
+    assert "--benchmark=pusht:all" in argv_of(rerun_command(made_with_pusht, run))  # type: ignore[arg-type]
+    received = {**made_with_pusht, "benchmark_digest": "0" * 64}
+    assert f"--benchmark={run.spec}:all" in argv_of(rerun_command(received, run))  # type: ignore[arg-type]
