@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -28,21 +28,14 @@ from pytest_vlaeval.results.rundir import RunDir
 
 Key = tuple[str, int]
 
-CLOCK_ALLOWANCE = timedelta(days=1)
-"""How much later a record may be stamped than a record after it in the same log. A log's records
-are stamped by the clocks of the hosts that ran them (remote workers too) and arrive in any order;
-a record a day ahead of what its own session wrote after it did not get its time from that session."""
-
 
 @dataclass
 class _LogPosition:
-    """How far a log has been read: the byte offset after its last complete line read, that line's
-    number, and the latest time of the lines read (and its line)."""
+    """How far a log has been read: the byte offset after its last complete line read, and that
+    line's number."""
 
     offset: int = 0
     line: int = 0
-    latest: datetime | None = None
-    latest_line: int = 0
 
 
 class LatestRecords(Mapping[Key, EpisodeRecord]):
@@ -104,8 +97,7 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
         read again, whole, next time. A damaged complete line is refused, naming the file and
         line: guessing would silently drop or invent an episode, and removing the line (the
         episode then counts as never run) is a decision for the user. So is a line longer than
-        ``MAX_LINE_BYTES`` (never read whole), and a record stamped over ``CLOCK_ALLOWANCE`` later
-        than one after it in its log.
+        ``MAX_LINE_BYTES`` (never read whole).
         """
         for path in self.run_dir.logs():
             if path != skip:
@@ -118,7 +110,6 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
                 log.seek(position.offset)
                 for number, line in whole_lines(log, path, position.line):
                     record = _parse(line, path, number)
-                    _check_clock(record, path, number, position)
                     position.offset, position.line = position.offset + len(line), number
                     self.add(record)
         except OSError as exc:
@@ -143,21 +134,6 @@ def whole_lines(log: BinaryIO, path: Path, after_line: int = 0) -> Iterator[tupl
 def _order(record: EpisodeRecord) -> tuple[int, datetime]:
     """What makes one attempt of an episode later than another: its number, then its time."""
     return record.attempt, record.instant
-
-
-def _check_clock(record: EpisodeRecord, path: Path, number: int, position: _LogPosition) -> None:
-    """Refuse the latest-stamped record read of a log when ``record``, after it, is stamped over
-    ``CLOCK_ALLOWANCE`` earlier; note ``record`` when it is the latest-stamped yet."""
-    moment = record.instant
-    if position.latest is not None and moment < position.latest - CLOCK_ALLOWANCE:
-        raise _damaged_line(
-            path,
-            position.latest_line,
-            f"stamped {position.latest.isoformat()}, over {CLOCK_ALLOWANCE.days} day later than line {number} "
-            f"after it, {moment.isoformat()}",
-        )
-    if position.latest is None or moment >= position.latest:
-        position.latest, position.latest_line = moment, number
 
 
 def _parse(line: bytes, path: Path, number: int) -> EpisodeRecord:
