@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_vlaeval import spec_file
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.gate.stats import finite_mean
+from pytest_vlaeval.finite import finite_mean
 
 DEFAULT_BENCHMARK = "mikasa"
 ALL_SPLITS = "all"

@@ -111,7 +111,7 @@ def test_no_import_cycles() -> None:
 
 
 LAYERS = (
-    ("errors", "importing", "choices", "version", "termination", "printable"),
+    ("errors", "importing", "choices", "version", "termination", "printable", "finite"),
     ("spec", "spec_file"),
     ("policy",),
     ("gate",),

@@ -54,16 +54,6 @@ def group_sr(task_srs: Iterable[float]) -> float:
     return sum(values) / len(values)
 
 
-def finite_mean(values: Sequence[float]) -> float:
-    """The mean of finite numbers, finite whatever their size: two returns of 1e308 sum to infinity,
-    so where the plain sum overflows, the shares are summed instead (and kept within the values)."""
-    total = sum(values)
-    if math.isfinite(total):
-        return total / len(values)
-    shares = sum(value / len(values) for value in values)
-    return min(max(values), max(min(values), shares))
-
-
 def student_t_cdf(t: float, df: int) -> float:
     """P(T <= t) for Student's t with an integer ``df``: the closed forms of Abramowitz and Stegun
     26.7.3 (odd df) and 26.7.4 (even df), exact up to rounding."""

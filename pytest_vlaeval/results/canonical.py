@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from itertools import chain
 from typing import Any, cast
 
+from pytest_vlaeval.finite import finite_mean
 from pytest_vlaeval.gate.stats import (
-    finite_mean,
     group_sr,
     seed_clustered_interval,
     success_rate,
