@@ -188,6 +188,7 @@ class RunStore:
         for path in (self.dir.lock, self.dir.server_log):  # appended to, so a link there is refused, not replaced
             if path.is_symlink():
                 raise SpecError(linked(path))
+        env_ids = tuple(env_ids)  # walked twice: a generator would leave the videos unchecked
         for path in (self.dir.new_log(), *(self.dir.task(env_id) for env_id in env_ids)):
             self.dir.confined(path)
         for env_id in env_ids:

@@ -340,13 +340,13 @@ def test_a_received_runs_linked_folder_or_lock_is_refused_by_merge_never_followe
         assert contents(outside) == before
 
 
-@pytest.mark.parametrize("what", ["namespace", "lock"])
+@pytest.mark.parametrize("what", ["namespace", "lock", "videos"])
 def test_a_session_on_a_received_run_with_a_linked_folder_or_lock_stops_before_any_episode(
     fake: pytest.Pytester, what: str
 ) -> None:
     (received,) = received_runs(fake, namespaced=what == "namespace", shards=1)
     outside = fake.path / "outside"
-    link = received / {"namespace": "ns", "lock": ".lock"}[what]
+    link = received / {"namespace": "ns", "lock": ".lock", "videos": "videos"}[what]
     link_out(link, outside)
     before = contents(outside) if outside.is_dir() else None
     result = fake.runpytest(*SHORT, "--vla-shard=1/2", "--vla-results=received", "--vla-resume")
