@@ -36,12 +36,8 @@ def loads(text: str | bytes) -> Any:
 def dumps(payload: Any, *, indent: int | None = None) -> str:
     """``payload`` as JSON that ``loads`` reads back, or ``ValueError`` saying why it cannot be
     (a number that is not finite, an int too long for JSON, nesting deeper than ``MAX_DEPTH``)."""
-    try:
-        text = json.dumps(payload, indent=indent, allow_nan=False)
-    except RecursionError:
-        raise ValueError(_TOO_DEEP) from None
-    loads(text)
-    return text
+    _check_depth(payload)  # json.dumps itself refuses non-finite floats and ints too long to write
+    return json.dumps(payload, indent=indent, allow_nan=False)
 
 
 _TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
