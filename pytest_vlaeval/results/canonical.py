@@ -218,7 +218,7 @@ def _mean_of_groups(reporting: Reporting, by_axis: dict[Axis, dict[str, list[Tas
     if axis is None or key is None:
         return []
     groups = [group_sr(r["sr"] for r in results) for results in by_axis[axis].values()]
-    return [(key, finite_mean(groups) if groups else None)]
+    return [(key, group_sr(groups) if groups else None)]
 
 
 def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, str]) -> GridSummary:
@@ -236,7 +236,7 @@ def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, 
         "rows": grid.rows.field,
         "columns": grid.columns.field,
         "cells": table,
-        "total": finite_mean([group_sr(r["sr"] for r in results) for results in present]) if present else None,
+        "total": group_sr(group_sr(r["sr"] for r in results) for results in present) if present else None,
         # Equal cells: the total is the mean of their tasks' SRs, whose interval is the split's.
         "total_ci95": _group_interval([r for results in present for r in results]) if len(sizes) == 1 else None,
         "total_definition": grid.total,
