@@ -59,7 +59,8 @@ class Submission:
     merge_args: list[str]
     python: str
     workdir: str
-    run_dir: str
+    run_dir: str = ""
+    """Where the run was submitted (empty in a record written before runs were sealed)."""
     seal: str = ""
     """An HMAC of the ``SEALED`` fields with this account's key (``submission_key``)."""
     jobs: list[dict[str, Any]] = field(default_factory=list)
@@ -72,9 +73,11 @@ class Submission:
         except (OSError, ValueError) as exc:
             raise SpecError(f"{path}: cannot read it ({exc}); was the run submitted with vlaeval slurm?") from None
         kinds = {"pytest_args": list, "shards": int, "sbatch": dict, "merge_args": list, "python": str, "workdir": str}
-        kinds |= {"run_dir": str, "seal": str}  # what a run submitted before runs were sealed lacks
         if not isinstance(data, dict) or any(not isinstance(data.get(k), t) for k, t in kinds.items()):
             raise SpecError(f"{path}: not a vlaeval slurm submission (expected {', '.join(kinds)})")
+        sealing = {k: data.get(k, "") for k in ("run_dir", "seal")}  # a run submitted before sealing lacks them
+        if not all(isinstance(v, str) for v in sealing.values()):
+            raise SpecError(f"{path}: not a vlaeval slurm submission (run_dir and seal are strings)")
         strings = [*data["pytest_args"], *data["merge_args"], *data["sbatch"].keys(), *data["sbatch"].values()]
         if not all(isinstance(s, str) and "\n" not in s for s in strings) or data["shards"] < 1:
             raise SpecError(f"{path}: its arguments are not one-line strings, or it has no shard")
@@ -85,7 +88,7 @@ class Submission:
             for job in jobs
         ):
             raise SpecError(f"{path}: its jobs are not a list of Slurm job ids")
-        return cls(**{k: data[k] for k in kinds}, jobs=jobs)
+        return cls(**{k: data[k] for k in kinds}, **sealing, jobs=jobs)
 
     def write(self, run: RunDir) -> None:
         """Into the run's ``slurm/`` folder, renamed over: a received run's link there is never followed."""
@@ -305,6 +308,11 @@ def check_identity(recorded: Submission, run_dir: Path, kept: Path) -> None:
     if run_dir.stat().st_uid != os.getuid():
         raise SpecError(
             f"{run_dir} belongs to another user: --complete runs the command it records; complete your own runs"
+        )
+    if not recorded.seal:
+        raise SpecError(
+            f"{kept} was written before submissions were sealed, so --complete cannot trust it: "
+            "submit the run anew with vlaeval slurm (each task runs only what its shard still misses)"
         )
     if Path(recorded.run_dir) != run_dir:
         raise SpecError(f"{kept} records the run at {recorded.run_dir}, not here: complete it where it was submitted")

@@ -324,6 +324,21 @@ def rewrite(record: Path, **changes: object) -> None:
     record.write_text(json.dumps({**json.loads(record.read_text()), **changes}))
 
 
+def test_a_record_from_before_sealing_is_refused_by_complete_and_read_by_a_new_submission(
+    fake: pytest.Pytester,
+) -> None:
+    """A submissions.json written before runs were sealed (no run_dir, no seal) still reads, so a
+    new ``vlaeval slurm`` of that run can carry its jobs on; --complete refuses to run it."""
+    run = submitted_record(fake)
+    record = run / "slurm" / "submissions.json"
+    old = {k: v for k, v in json.loads(record.read_text()).items() if k not in ("run_dir", "seal")}
+    record.write_text(json.dumps(old))
+    assert Submission.read(record).seal == ""
+    done = vlaeval_slurm(fake, {}, "--complete", str(run))
+    assert done.returncode == 2 and "was written before submissions were sealed" in done.stdout, done.stdout
+    assert len(done.stdout.strip().splitlines()) == 1
+
+
 def test_complete_runs_nothing_of_a_record_it_cannot_trust(fake: pytest.Pytester, tmp_path: Path) -> None:
     """--complete runs the command a run directory records (its collection imports the workdir's
     conftest.py): an edited record, a received one and a moved copy are refused before any of it runs."""
