@@ -296,7 +296,10 @@ def test_vla_evals_client_gets_the_in_process_actions_with_concurrent_episodes()
 
     with thread as url:
         anyio.run(run_shards, url)  # vla-eval's default image encoding: PNG
-        stats = thread.server.stats()
+        # episode_end has no reply in vla-eval's protocol, so the last ones may still be on their way
+        deadline = time.monotonic() + 10
+        while (stats := thread.server.stats())["open_episodes"] and time.monotonic() < deadline:
+            time.sleep(0.01)
     for index, seeds in shards.items():
         for seed, actions in zip(seeds, results[index], strict=True):
             np.testing.assert_array_equal(np.stack(actions), np.stack(in_process_actions(seed, 5)))
