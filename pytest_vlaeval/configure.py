@@ -33,13 +33,13 @@ from pytest_vlaeval.install.interpreters import (
 from pytest_vlaeval.install.stacks import PipStep
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
-from pytest_vlaeval.spec import Selection, resolve_benchmark, select
+from pytest_vlaeval.spec import Benchmark, Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
     from pytest_vlaeval.distribute.blocks import SequentialBlocks
     from pytest_vlaeval.gate.fixed import FixedGate
     from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
-    from pytest_vlaeval.policy.loading import LocalPolicy, PolicySpec
+    from pytest_vlaeval.policy.loading import LocalPolicy, LocalSpec, PolicySpec
     from pytest_vlaeval.results.latest import LatestRecords
     from pytest_vlaeval.results.store import RunStore
 
@@ -112,7 +112,7 @@ def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpe
 def _policy_to_run(config: pytest.Config, run: RunContext, served_here: str | None) -> PolicySpec:
     """What this process's episodes build: the run's policy, or under ``--vla-serve`` the session's
     server (started here, or reaching an xdist worker through its ``workerinput``; none under ``--co``)."""
-    if not config.getoption("vla_serve"):
+    if not _serves(config, run.policy):
         return run.policy
     from pytest_vlaeval.policy.loading import parse_policy
     from pytest_vlaeval.serving.url import SERVED_URL_KEY
@@ -170,10 +170,20 @@ def _prepare_controller(
     except (SpecError, ResultsUnwritable) as exc:
         raise pytest.UsageError(str(exc)) from None
     served = None
-    if config.getoption("vla_serve"):
+    if _serves(config, run.policy):
         from pytest_vlaeval.serving.server.launcher import serve_session
 
-        served = serve_session(config, run.policy, run.dir.server_log, run.selection.benchmark.env.action_dim)
+        try:
+            python = _server_python(config, run.policy)  # type: ignore[arg-type]  # a served spec is local
+        except SpecError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        served = serve_session(
+            config,
+            run.policy,
+            run.dir.server_log,
+            run.selection.benchmark.env.action_dim,
+            python,  # type: ignore[arg-type]
+        )
     return gate, served
 
 
@@ -268,7 +278,7 @@ def _run_context(config: pytest.Config, on_worker: bool) -> RunContext:
         start_seed=config.getoption("vla_start_seed"),
         episodes=config.getoption("episodes"),
     )
-    policy = _policy(config)
+    policy = _policy(config, benchmark)
     render = config.getoption("vla_render") or config.getini("vla_render")
     results_root = Path(config.getoption("vla_results") or config.getini("vla_results"))
     if not results_root.is_absolute():
@@ -368,21 +378,57 @@ def _sequential(config: pytest.Config) -> SequentialSettings | None:
     )
 
 
-def _policy(config: pytest.Config) -> PolicySpec:
-    """``--vla-serve``'s or ``--policy``'s spec, parsed; a typo'd module is caught before any worker starts."""
-    from pytest_vlaeval.policy.loading import LocalPolicy, parse_local_policy, parse_policy
+def _policy(config: pytest.Config, benchmark: Benchmark) -> PolicySpec:
+    """``--vla-serve``'s or ``--policy``'s spec, parsed; a typo'd module or an unusable LeRobot
+    checkpoint is caught before any worker starts."""
+    from pytest_vlaeval.policy.loading import LeRobotCheckpoint, LocalPolicy, parse_local_policy, parse_policy
 
     served = config.getoption("vla_serve")
     if served and config.getoption("policy"):
         raise SpecError("--vla-serve serves the policy it names; it does not combine with --policy")
-    policy = (
-        parse_local_policy(served)
-        if served
-        else parse_policy(config.getoption("policy") or config.getini("vla_policy"))
-    )
+    text = served or config.getoption("policy") or config.getini("vla_policy")
+    policy = parse_local_policy(text, benchmark.env.lerobot_env) if served or "://" not in text else parse_policy(text)
     if isinstance(policy, LocalPolicy):
         _check_importable(policy)
+    if isinstance(policy, LeRobotCheckpoint):
+        from pytest_vlaeval.policy.lerobot_checkpoint import check_checkpoint
+
+        check_checkpoint(policy, benchmark)
+    if config.getoption("vla_serve_python") and not _serves(config, policy):
+        raise SpecError("--vla-serve-python names the interpreter a served policy runs in: add --vla-serve=SPEC")
     return policy
+
+
+def _serves(config: pytest.Config, policy: PolicySpec) -> bool:
+    """Whether the session serves its policy from a server process of its own: ``--vla-serve``, or
+    a policy that runs in an interpreter of its own (a LeRobot checkpoint)."""
+    from pytest_vlaeval.policy.loading import LeRobotCheckpoint
+
+    return bool(config.getoption("vla_serve")) or isinstance(policy, LeRobotCheckpoint)
+
+
+def _server_python(config: pytest.Config, policy: LocalSpec) -> Path | None:
+    """The interpreter the session's policy server runs in (None: this one), checked to hold this
+    package's very files, as a benchmark's own interpreter is."""
+    from pytest_vlaeval.policy.loading import LeRobotCheckpoint
+
+    named = config.getoption("vla_serve_python") or (
+        LeRobotCheckpoint.INTERPRETER if isinstance(policy, LeRobotCheckpoint) else None
+    )
+    if named is None:
+        return None
+    is_path = os.sep in named or named.startswith(".")
+    python = Path(named).expanduser().absolute() if is_path else session_python(named, f"--policy {policy.text}")
+    if is_path and not python.is_file():
+        raise SpecError(f"--vla-serve-python {named!r}: no such Python executable")
+    held = package_mismatch(python)
+    if held:
+        how = how_to_install(named, python, package_step())
+        raise SpecError(
+            f"the policy server's interpreter ({python}) holds {held}, so it would serve with other code than "
+            f"this session: `{how}` installs this one there"
+        )
+    return python
 
 
 def _check_importable(policy: LocalPolicy) -> None:

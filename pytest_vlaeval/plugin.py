@@ -38,8 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--policy",
         metavar="SPEC",
         type=non_empty("a policy", "--policy=random"),
-        help="module:attr (class or factory), a built-in: random, zero, or a policy server: ws://HOST:PORT, "
-        "openpi://HOST:PORT, vla-eval://HOST:PORT [random]",
+        help="module:attr (class or factory), a built-in: random, zero, a LeRobot checkpoint: lerobot:PATH (served "
+        "from LeRobot's interpreter), or a policy server: ws://HOST:PORT, openpi://HOST:PORT, vla-eval://HOST:PORT "
+        "[random]",
     )
     group.addoption(
         "--vla-serve",
@@ -47,6 +48,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=non_empty("the policy to serve", "--vla-serve=my_pkg.policies:make_policy"),
         help="serve the policy SPEC (module:attr or built-in) from one server process for the whole session, "
         "shared by all xdist workers and batched across their episodes",
+    )
+    group.addoption(
+        "--vla-serve-python",
+        metavar="NAME|PYTHON",
+        type=non_empty("an interpreter", "--vla-serve-python=openpi"),
+        help="the interpreter the served policy runs in: a name under the interpreters folder (vlaeval install NAME "
+        "makes the built-in ones) or a Python executable; one with this package in it [this one; lerobot:PATH: lerobot]",
     )
     group.addoption("--episodes", type=int, metavar="N", help="episodes per task [the benchmark's protocol]")
     group.addoption(

@@ -110,6 +110,9 @@ class EnvSettings:
     interpreter: str | None = None
     """The name of the interpreter of its own the benchmark's workers run in (``install.interpreters``:
     its stack clashes with the caller's, as Meta-World's); None: the caller's."""
+    lerobot_env: str | None = None
+    """LeRobot's ``--env.type`` for this benchmark, whose env processors a ``lerobot:`` policy's
+    observations pass through as in ``lerobot-eval``; None: LeRobot has no such env."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -320,6 +323,7 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
             ),
             vector_backends=tuple(env.vector_backends),
             interpreter=env.interpreter,
+            lerobot_env=env.lerobot_env,
             options=options,
         ),
         axes=axes,

@@ -70,6 +70,7 @@ class EnvFile(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
     reference_reset_options: dict[str, Any] | None = None
     vector_backends: list[str] = []
     interpreter: Name | None = None
+    lerobot_env: Name | None = None
 
 
 class ProtocolFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -114,6 +115,18 @@ class GridFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     total: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
 
 
+class EvalInfoFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``eval_info``: how LeRobot's ``eval_info.json`` names this benchmark's tasks, a
+    ``(task_group, task_id)`` each: the task's group along the axis ``task_group`` (renamed by
+    ``group_names``) and its index among that group's tasks, in the file's order."""
+
+    task_group: Identifier = "split"
+    group_names: dict[Annotated[str, msgspec.Meta(min_length=1, max_length=64)], Name] = {}
+    single_task_prefixes: list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.+-]*$", max_length=64)]] = []
+    """Where LeRobot also names a one-task run by the task (``--env.task=push-v3``: task_group
+    ``push-v3``, task_id 0): the prefixes that name may carry before the env id (``''``, ``metaworld-``)."""
+
+
 class BenchmarkFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: Name
     env: dict[str, Any]
@@ -134,6 +147,8 @@ class BenchmarkFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     grid: GridFile | None = None
     mean_of_groups: Identifier | None = None
     """An axis whose groups' SRs ``summary.json`` also averages, unweighted (a paper's "average")."""
+    eval_info: EvalInfoFile = EvalInfoFile()
+    """LeRobot's names of the tasks in ``eval_info.json`` (its task groups are the splits unless it says)."""
 
 
 ENV_KEYS = tuple(EnvFile.__struct_fields__)

@@ -164,6 +164,7 @@ def benchmark_data() -> dict[str, Any]:
             "factory": "pytest_vlaeval.envs.metaworld:make_env",
             "preflight": "pytest_vlaeval.envs.metaworld",
             "interpreter": "metaworld",
+            "lerobot_env": "metaworld",
             "obs_type": "pixels_agent_pos",
             "camera_name": "corner2",
             "camera_position": [0.75, 0.075, 0.7],

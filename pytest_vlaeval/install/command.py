@@ -42,7 +42,7 @@ def target(args: argparse.Namespace) -> str | None:
     """The interpreter the stack goes into: None for this one, else its own interpreter's python."""
     stack = STACKS[args.stack]
     if stack.own_interpreter or args.own_interpreter:
-        return str(interpreters.interpreter_python(stack.benchmark))
+        return str(interpreters.interpreter_python(stack.name))
     return None
 
 
@@ -58,10 +58,10 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
     python = target(args)
     if python is None:
         return commands + installer.pip_plan(stack, installer.installed_version)
-    home = interpreters.interpreter_home(stack.benchmark)
+    home = interpreters.interpreter_home(stack.name)
     installed = interpreters.installed_in(Path(python))
     if not Path(python).is_file():
-        why = f"an interpreter of its own for {stack.benchmark} (its pins clash with other stacks')"
+        why = f"an interpreter of its own for {stack.name} (its pins clash with other stacks')"
         commands.append(installer.Command(why, (sys.executable, "-m", "venv", str(home))))
         installed = interpreters.InstalledIn([])
     elif interpreters.package_mismatch(Path(python)):
@@ -80,10 +80,10 @@ def run(args: argparse.Namespace) -> int:
 def install(args: argparse.Namespace) -> int:
     stack = STACKS[args.stack]
     problem = installer.python_problem(stack)
-    benchmark, _ = resolve_benchmark(stack.benchmark)
+    benchmark, _ = resolve_benchmark(stack.name)
     python = target(args)
     if python is not None and benchmark.assets:
-        problem = f"--own-interpreter: {stack.benchmark}'s data files go into its packages in this interpreter; install it here"
+        problem = f"--own-interpreter: {stack.name}'s data files go into its packages in this interpreter; install it here"
     if problem:
         print(f"{PREFIX} {problem}")
         return 1
@@ -101,7 +101,7 @@ def install(args: argparse.Namespace) -> int:
                 print(f"{PREFIX} `{command}` failed (exit {status}); fix what it says above and run again")
                 return 1
         if not commands:
-            print(f"{PREFIX} the {stack.benchmark} packages are in place")
+            print(f"{PREFIX} the {stack.name} packages are in place")
         if args.dry_run:
             return 0
     for line in install_assets(benchmark, args.source, args.force, check_only=args.check):
@@ -110,7 +110,7 @@ def install(args: argparse.Namespace) -> int:
             if ": FAILED: " in line
             else f"{PREFIX} {line}"
         )
-    fix = interpreters.install_command(stack.benchmark) if python else None
+    fix = interpreters.install_command(stack.name) if python else None
     if python is not None and not Path(python).is_file():
         print(f"{PREFIX} PROBLEM: no interpreter at {python}: run `{fix}`")
         return 1
@@ -130,5 +130,5 @@ def install(args: argparse.Namespace) -> int:
         print(f"{PREFIX} PROBLEM: {line}")
     if problems:
         return 1
-    print(f"{PREFIX} {stack.benchmark} is ready in {python or sys.executable}")
+    print(f"{PREFIX} {stack.name} is ready in {python or sys.executable}")
     return 0

@@ -205,18 +205,24 @@ def read_debian() -> Debian | None:
     )
 
 
+def python_range(stack: Stack) -> str:
+    """The stack's Python versions in words: ``3.12 to 3.13``."""
+    (a, b), (c, d) = stack.python
+    return f"{a}.{b} to {c}.{d}"
+
+
 def python_problem(stack: Stack, version: tuple[int, int] = sys.version_info[:2]) -> str | None:
     first, last = stack.python
     if first <= version <= last:
         return None
     return (
-        f"Python {version[0]}.{version[1]}: the {stack.benchmark} stack has wheels for Python "
-        f"{first[0]}.{first[1]} to {last[0]}.{last[1]} only; make a virtual env with one of those"
+        f"Python {version[0]}.{version[1]}: the {stack.name} stack has wheels for Python "
+        f"{python_range(stack)} only; make a virtual env with one of those"
     )
 
 
 def version_problems(stack: Stack, installed: InstalledVersion, steps: tuple[PipStep, ...] = ()) -> list[str]:
-    command = f"vlaeval install {stack.benchmark}"
+    command = f"vlaeval install {stack.name}"
     return [f"{line}: run `{command}`" for step in (*steps, *stack.steps) for line in unmet(step, installed)]
 
 
@@ -236,4 +242,4 @@ def import_problems(stack: Stack, python: str = sys.executable) -> list[str]:
         lines = [
             f"importing {', '.join(stack.imports)} crashed: {(result.stderr.strip() or 'no output').splitlines()[-1]}"
         ]
-    return [f"cannot import {line}: run `vlaeval install {stack.benchmark}`" for line in lines]
+    return [f"cannot import {line}: run `vlaeval install {stack.name}`" for line in lines]

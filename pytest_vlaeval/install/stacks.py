@@ -1,4 +1,5 @@
-"""The pinned simulator stacks, one per benchmark, as ``vlaeval install`` puts them in place.
+"""The pinned simulator stacks, one per benchmark, and LeRobot's policy stack, as ``vlaeval install``
+puts them in place.
 
 Some of these pins cannot be expressed as a package's extras: mikasa-robo-suite 1.0.0 pins versions
 that cannot all be met together (torch 2.2.1, numpy 1.23.5, ...), and ManiSkill asks for SAPIEN
@@ -16,6 +17,13 @@ DEFAULT_TORCH = "torch==2.13.0"
 
 MESA_GL = ("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6")
 """Mesa's EGL and OSMesa, which MuJoCo renders with headless (LIBERO, Meta-World)."""
+
+GYM_PUSHT = "gym-pusht==0.1.8"
+"""Push-T's simulator (0.1.5 maps seeds to other start states); LeRobot's interpreter holds the same."""
+
+METAWORLD_SIMULATOR = ("metaworld==3.0.0", "mujoco==3.8.1", "gymnasium==1.3.0")
+"""Meta-World as LeRobot's lock resolves it (MuJoCo versions change trajectories): in Meta-World's
+interpreter and in LeRobot's, so ``lerobot-eval`` simulates the episodes ours do."""
 
 
 @dataclass(frozen=True)
@@ -39,14 +47,17 @@ class PipStep:
 
 @dataclass(frozen=True)
 class Stack:
-    """What ``vlaeval install NAME`` installs and checks for one benchmark."""
+    """What ``vlaeval install NAME`` installs and checks for one benchmark, or for a policy's
+    interpreter."""
 
-    benchmark: str
+    name: str
+    """The benchmark's name (its built-in benchmark file), or the policy stack's."""
     python: tuple[tuple[int, int], tuple[int, int]]
-    """The Python versions the stack's wheels exist for: [first, last], inclusive."""
+    """The Python versions the stack's wheels exist for: [first, last], inclusive. An interpreter of
+    its own is made with a Python in this range, which need not be the caller's."""
     steps: tuple[PipStep, ...]
     imports: tuple[str, ...]
-    """Modules the benchmark's adapter imports; each must import after the install."""
+    """Modules the benchmark's adapter (or the policy's loader) imports; each must import after the install."""
     system_packages: tuple[str, ...]
     """Debian packages for ``--system-deps`` (Mesa from bookworm-backports on Debian 12)."""
     system_packages_unless_gpu: bool = False
@@ -56,11 +67,13 @@ class Stack:
     own_interpreter: bool = False
     """Always installed into an interpreter of its own (``install.interpreters``): its pins clash
     with the other stacks'."""
+    policy: bool = False
+    """A policy's stack, not a benchmark's: no benchmark file, data files or render check."""
 
 
 STACKS: dict[str, Stack] = {
     "mikasa": Stack(
-        benchmark="mikasa",
+        name="mikasa",
         python=((3, 10), (3, 11)),
         steps=(
             PipStep("torch", (DEFAULT_TORCH,), keep_installed=True),
@@ -94,7 +107,7 @@ STACKS: dict[str, Stack] = {
         minimum_system_versions=(("mesa-vulkan-drivers", 25),),
     ),
     "libero": Stack(
-        benchmark="libero",
+        name="libero",
         python=((3, 10), (3, 11)),
         steps=(
             PipStep(
@@ -123,13 +136,13 @@ STACKS: dict[str, Stack] = {
         system_packages=MESA_GL,
     ),
     "pusht": Stack(
-        benchmark="pusht",
+        name="pusht",
         python=((3, 10), (3, 13)),
         steps=(
             PipStep(
-                "gym-pusht 0.1.8 (0.1.5 maps seeds to other start states) and its pure-Python simulator",
+                "gym-pusht 0.1.8 and its pure-Python simulator",
                 (
-                    "gym-pusht==0.1.8",
+                    GYM_PUSHT,
                     "gymnasium>=0.29.1,<2",
                     "pymunk>=6.6,<7",
                     "pygame>=2.5.2,<2.7",
@@ -143,17 +156,32 @@ STACKS: dict[str, Stack] = {
         system_packages=(),
     ),
     "metaworld": Stack(
-        benchmark="metaworld",
+        name="metaworld",
         python=((3, 10), (3, 13)),
         steps=(
             PipStep(
                 "Meta-World 3.0.0 as LeRobot's lock resolves it (mujoco 3.8.1: MuJoCo versions change "
                 "trajectories), gymnasium 1.3.0 and numpy 2.2, with packaging, which it imports undeclared",
-                ("metaworld==3.0.0", "mujoco==3.8.1", "gymnasium==1.3.0", "numpy>=2.2,<2.3", "packaging"),
+                (*METAWORLD_SIMULATOR, "numpy>=2.2,<2.3", "packaging"),
             ),
         ),
         imports=("metaworld", "mujoco", "gymnasium"),
         system_packages=MESA_GL,
         own_interpreter=True,
+    ),
+    "lerobot": Stack(
+        name="lerobot",
+        python=((3, 12), (3, 13)),
+        steps=(
+            PipStep(
+                "LeRobot 0.6.1 with the Push-T and Meta-World envs lerobot-eval runs, their simulators at the "
+                "versions of the pusht and metaworld stacks (torch < 2.12, numpy 2, gymnasium >= 1.1.1)",
+                ("lerobot[pusht,metaworld]==0.6.1", GYM_PUSHT, *METAWORLD_SIMULATOR),
+            ),
+        ),
+        imports=("lerobot", "lerobot.policies.act.modeling_act", "gym_pusht", "metaworld"),
+        system_packages=MESA_GL,
+        own_interpreter=True,
+        policy=True,
     ),
 }

@@ -9,6 +9,7 @@ server.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.errors import EpisodeError, PolicyError, SpecError
@@ -51,8 +52,33 @@ class LocalPolicy:
         return self.text
 
 
+@dataclass(frozen=True)
+class LeRobotCheckpoint:
+    """``lerobot:PATH``: a LeRobot pretrained-model directory, served from LeRobot's interpreter
+    (``policy.lerobot``) with the env processors of ``env_type`` (the benchmark's LeRobot env)."""
+
+    path: Path
+    env_type: str | None = None
+
+    INTERPRETER = "lerobot"
+    """The interpreter of its own it runs in (``vlaeval install lerobot``)."""
+
+    @property
+    def text(self) -> str:
+        return f"{LEROBOT_PREFIX}{self.path}"
+
+    @property
+    def identity(self) -> str:
+        return self.text
+
+
+LEROBOT_PREFIX = "lerobot:"
+
+LocalSpec = BuiltinPolicy | LocalPolicy | LeRobotCheckpoint
+"""What a policy server can serve: a policy it builds itself."""
+
 if TYPE_CHECKING:
-    PolicySpec = BuiltinPolicy | LocalPolicy | RemoteSpec
+    PolicySpec = LocalSpec | RemoteSpec
     """Each has ``text`` (as given) and ``identity`` (what the run's fingerprint and name record)."""
 
 
@@ -65,10 +91,16 @@ def parse_policy(text: str) -> PolicySpec:
     return parse_local_policy(text)
 
 
-def parse_local_policy(text: str) -> BuiltinPolicy | LocalPolicy:
-    """A spec a server can serve: a built-in or ``module:attr``, never another server's address."""
+def parse_local_policy(text: str, lerobot_env: str | None = None) -> LocalSpec:
+    """A spec a server can serve: a built-in, ``module:attr`` or ``lerobot:PATH`` (its processors
+    those of LeRobot's env ``lerobot_env``), never another server's address."""
     if text in BUILTIN_POLICIES:
         return BuiltinPolicy(text)
+    if text.startswith(LEROBOT_PREFIX):
+        path = text.removeprefix(LEROBOT_PREFIX)
+        if not path:
+            raise SpecError(f"--policy {text!r}: expected lerobot:PATH, PATH a LeRobot pretrained-model directory")
+        return LeRobotCheckpoint(Path(path).expanduser().absolute(), lerobot_env)
     if "://" in text:
         raise SpecError(
             f"--policy {text!r} is a policy server's address; a server serves a local policy: "
@@ -80,10 +112,12 @@ def parse_local_policy(text: str) -> BuiltinPolicy | LocalPolicy:
     return LocalPolicy(*reference)
 
 
-def resolve_policy_factory(spec: BuiltinPolicy | LocalPolicy) -> Any:
-    """Find the class or factory a local spec names (imports the user's module)."""
+def resolve_policy_factory(spec: LocalSpec) -> Any:
+    """Find the class or factory a local spec names (imports the user's module, or LeRobot)."""
     if isinstance(spec, BuiltinPolicy):
         return BUILTIN_POLICIES[spec.name]
+    if isinstance(spec, LeRobotCheckpoint):
+        return _lerobot_factory(spec)
     try:
         factory = load_reference(spec.module, spec.attr)
     except ImportError as exc:
@@ -95,7 +129,17 @@ def resolve_policy_factory(spec: BuiltinPolicy | LocalPolicy) -> Any:
     return factory
 
 
-def local_policy(spec: BuiltinPolicy | LocalPolicy, action_dim: int) -> Policy:
+def _lerobot_factory(spec: LeRobotCheckpoint) -> Any:
+    if spec.env_type is None:
+        raise SpecError(f"--policy {spec.text!r}: no LeRobot env was named for its observations (lerobot_env)")
+    try:
+        from pytest_vlaeval.policy.lerobot import LeRobotPolicy
+    except ImportError as exc:
+        raise SpecError(f"--policy {spec.text!r} runs in LeRobot's interpreter: {exc}") from None
+    return lambda: LeRobotPolicy(str(spec.path), spec.env_type)
+
+
+def local_policy(spec: LocalSpec, action_dim: int) -> Policy:
     """Instantiate the local policy a spec names and check it honours the contract."""
     try:
         factory = resolve_policy_factory(spec)
@@ -112,7 +156,7 @@ def local_policy(spec: BuiltinPolicy | LocalPolicy, action_dim: int) -> Policy:
 
 def build_policy(spec: PolicySpec, action_dim: int, benchmark: str = "") -> Policy:
     """The policy a spec names: a local one, or a client of the server it addresses."""
-    if isinstance(spec, (BuiltinPolicy, LocalPolicy)):
+    if isinstance(spec, (BuiltinPolicy, LocalPolicy, LeRobotCheckpoint)):
         return local_policy(spec, action_dim)
     from pytest_vlaeval.serving.client.connect import connect_policy
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy, parse_local_policy
+from pytest_vlaeval.policy.loading import LocalSpec, parse_local_policy
 from pytest_vlaeval.serving.server.connection import ServerConfig
 from pytest_vlaeval.serving.server.logs import RepeatedLines
 from pytest_vlaeval.serving.server.policy_server import PolicyServer
@@ -49,7 +49,14 @@ the value's kind and its help, ``{}`` standing for the default."""
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The ``vlaeval serve`` options; their defaults are ``ServerConfig``'s."""
-    parser.add_argument("--policy", required=True, help="module:attr (class or factory), or a built-in: random, zero")
+    parser.add_argument(
+        "--policy",
+        required=True,
+        help="module:attr (class or factory), a built-in: random, zero, or lerobot:PATH (in LeRobot's interpreter)",
+    )
+    parser.add_argument(
+        "--lerobot-env", metavar="TYPE", help="for lerobot:PATH: LeRobot's env type whose processors it uses (pusht...)"
+    )
     default = ServerConfig()  # the one owner of the server's defaults
     for name, (kind, meaning) in SETTINGS.items():
         value = getattr(default, name)
@@ -68,7 +75,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        policy = parse_local_policy(args.policy)  # a server serves a local policy; it never proxies another server
+        policy = parse_local_policy(
+            args.policy, args.lerobot_env
+        )  # a server serves a local policy; it never proxies another server
     except SpecError as exc:
         print(f"vlaeval serve: error: {exc}", file=sys.stderr)
         return 2
@@ -86,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         repeated.report_held(log)
 
 
-async def _serve(spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
+async def _serve(spec: LocalSpec, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_vlaeval.episodes.collect import RECORD_ATTR
+from pytest_vlaeval.policy.loading import LeRobotCheckpoint
 from pytest_vlaeval.results.rundir import open_appending
 from pytest_vlaeval.serving.process import stopped
 from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV, served_url
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
+    from pytest_vlaeval.policy.loading import LocalSpec
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -40,8 +41,16 @@ class ServerStartError(Exception):
 
 
 class ServerProcess:
-    def __init__(self, spec: str, log_path: Path, args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: str,
+        log_path: Path,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        python: Path | None = None,
+    ) -> None:
         self.spec = spec
+        self.python = str(python) if python is not None else sys.executable
         self.log_path = log_path
         self.args = list(args)
         self.env = env
@@ -55,7 +64,7 @@ class ServerProcess:
     def start(self, timeout_s: float = 600.0) -> str:
         """Start the server and wait until its policy is loaded; returns its ``ws://`` address."""
         deadline = time.monotonic() + timeout_s
-        command = [sys.executable, "-m", "pytest_vlaeval", "serve", "--policy", self.spec, "--host", "127.0.0.1"]
+        command = [self.python, "-m", "pytest_vlaeval", "serve", "--policy", self.spec, "--host", "127.0.0.1"]
         with open_appending(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [*command, "--port", "0", "--stop-on-stdin-eof", *self.args],
@@ -135,15 +144,20 @@ class ServerProcess:
         return ServerStartError(f"{what}: {errors[-1] if errors else 'no log output'} (log: {self.log_path})")
 
 
-def serve_session(config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, log_path: Path, action_dim: int) -> str:
-    """Start the session's server with a fresh token, for the benchmark's action dimension, stopped
-    when the session ends; returns its address.
+def serve_session(
+    config: pytest.Config, policy: LocalSpec, log_path: Path, action_dim: int, python: Path | None = None
+) -> str:
+    """Start the session's server with a fresh token, for the benchmark's action dimension, in
+    interpreter ``python`` (None: this one), stopped when the session ends; returns its address.
 
     The token travels in the environment, which the server and the xdist workers inherit.
     """
     previous = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = secrets.token_urlsafe(24)
-    server = ServerProcess(policy.text, log_path, ["--action-dim", str(action_dim)])
+    args = ["--action-dim", str(action_dim)]
+    if isinstance(policy, LeRobotCheckpoint) and policy.env_type:
+        args += ["--lerobot-env", policy.env_type]
+    server = ServerProcess(policy.text, log_path, args, python=python)
 
     def stop() -> None:
         server.stop()
@@ -156,7 +170,8 @@ def serve_session(config: pytest.Config, policy: BuiltinPolicy | LocalPolicy, lo
     try:
         server.start()
     except ServerStartError as exc:
-        raise pytest.UsageError(f"--vla-serve {policy.text}: {exc}") from None
+        option = "--policy" if isinstance(policy, LeRobotCheckpoint) else "--vla-serve"
+        raise pytest.UsageError(f"{option} {policy.text}: {exc}") from None
     assert server.proc is not None
     session_server = _SessionServer(served_url(server.url, server.proc.pid), server, config)
     config.pluginmanager.register(session_server, "vlaeval-served-url")

@@ -34,7 +34,7 @@ from pytest_vlaeval.serving.transports import BY_PROTOCOL, PROTOCOLS
 from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.policy.loading import BuiltinPolicy, LocalPolicy
+    from pytest_vlaeval.policy.loading import LocalSpec
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
@@ -50,9 +50,7 @@ DECODING_THREADS = 2
 
 
 class PolicyServer:
-    def __init__(
-        self, spec: BuiltinPolicy | LocalPolicy, config: ServerConfig, factory: Callable[[], Any] | None = None
-    ) -> None:
+    def __init__(self, spec: LocalSpec, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
         """``factory`` (optional) makes the policy instead of the one ``spec`` names; ``spec`` then names it in logs."""
         if config.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {config.protocol!r}")

@@ -1,0 +1,75 @@
+"""A ``lerobot:PATH`` checkpoint, checked where the session starts, without LeRobot: the files a
+LeRobot pretrained-model directory holds, and whether the benchmark gives what its policy reads.
+
+The directory is someone else's: its ``config.json`` is read as untrusted JSON, and only the
+fields named here are looked at. What a benchmark's observation keys become for a LeRobot policy
+is LeRobot's ``preprocess_observation`` naming (``pixels`` -> ``observation.image``, a dict of
+cameras -> ``observation.images.<camera>``, ``agent_pos`` -> ``observation.state``,
+``environment_state`` -> ``observation.environment_state``, any other key -> ``observation.<key>``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.policy.loading import LeRobotCheckpoint
+from pytest_vlaeval.spec import Benchmark
+
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
+"""What ``save_pretrained`` of a LeRobot policy and of its two processor pipelines write."""
+
+MAX_CONFIG_BYTES = 1 << 20
+
+_RENAMED = {
+    "pixels": "observation.image",
+    "agent_pos": "observation.state",
+    "environment_state": "observation.environment_state",
+}
+
+
+def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
+    """``SpecError`` in one line when the checkpoint cannot run on ``benchmark``: no LeRobot env for
+    it, a missing or incomplete directory, or an input feature the benchmark does not give."""
+    if benchmark.env.lerobot_env is None:
+        raise SpecError(
+            f"--policy {spec.text!r}: {benchmark.title} names no LeRobot env (lerobot_env in its benchmark file), "
+            "so what lerobot-eval would feed the policy is unknown"
+        )
+    if not spec.path.is_dir():
+        raise SpecError(f"--policy {spec.text!r}: no such directory (a LeRobot pretrained-model directory)")
+    missing = [name for name in CHECKPOINT_FILES if not (spec.path / name).is_file()]
+    if missing:
+        raise SpecError(
+            f"--policy {spec.text!r} is not a complete LeRobot pretrained-model directory: it lacks "
+            f"{', '.join(missing)} (the policy's and its pre/post-processors' save_pretrained write them)"
+        )
+    wanted = _input_features(spec)
+    given = [_RENAMED.get(key, f"observation.{key}") for key in benchmark.env.policy_obs_keys]
+    cameras = "pixels" in benchmark.env.policy_obs_keys  # a dict of cameras: observation.images.<camera>
+    lacking = [
+        name for name in wanted if name not in given and not (cameras and name.startswith("observation.images."))
+    ]
+    if lacking:
+        raise SpecError(
+            f"--policy {spec.text!r} reads {', '.join(lacking)}, which {benchmark.title} does not give "
+            f"(it gives {', '.join(given)})"
+        )
+
+
+def _input_features(spec: LeRobotCheckpoint) -> list[str]:
+    """The names of ``config.json``'s ``input_features``, validated as untrusted input."""
+    path = spec.path / "config.json"
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
+        config: Any = json.loads(raw) if len(raw) <= MAX_CONFIG_BYTES else None
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"--policy {spec.text!r}: cannot read {path.name}: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("type"), str):
+        raise SpecError(f"--policy {spec.text!r}: {path.name} is not a LeRobot policy config (no policy 'type')")
+    features = config.get("input_features")
+    if not isinstance(features, dict) or not all(isinstance(name, str) for name in features):
+        raise SpecError(f"--policy {spec.text!r}: {path.name} has no 'input_features' mapping")
+    return list(features)
