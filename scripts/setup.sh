@@ -4,9 +4,11 @@
 # Vulkan when the machine has no NVIDIA GPU, the benchmark's missing data file, and a check) and
 # `vlaeval install pusht` (Push-T, pure Python). With --libero, also `vlaeval install libero
 # --system-deps` into the same env (LIBERO and LIBERO-PRO); with --metaworld, `vlaeval install
-# metaworld --system-deps`, into an interpreter of its own under the env (.venv/vlaeval-interpreters).
+# metaworld --system-deps`, into an interpreter of its own under the env (.venv/vlaeval-interpreters);
+# with --lerobot, `vlaeval install lerobot --system-deps`: LeRobot's interpreter there, made with a
+# Python 3.12 or 3.13 the machine has (about 3.5 minutes and 5.8 GB the first time).
 #
-# Usage: scripts/setup.sh [--libero] [--metaworld]
+# Usage: scripts/setup.sh [--libero] [--metaworld] [--lerobot]
 #
 # Environment: VLAEVAL_VENV (default .venv), PYTHON (default python3.11, else python3.10 or python3),
 # VLAEVAL_ASSET_DIR (a folder holding the asset, instead of its pinned URL).
@@ -21,7 +23,8 @@ for arg in "$@"; do
     case "$arg" in
         --libero) stacks+=(libero) ;;
         --metaworld) stacks+=(metaworld) ;;
-        *) echo "usage: scripts/setup.sh [--libero] [--metaworld]" >&2; exit 2 ;;
+        --lerobot) stacks+=(lerobot) ;;
+        *) echo "usage: scripts/setup.sh [--libero] [--metaworld] [--lerobot]" >&2; exit 2 ;;
     esac
 done
 

@@ -1,5 +1,6 @@
-"""``vlaeval install NAME``: put a benchmark's pinned simulator stack into this interpreter,
-install the data files its wheel lacks, then check imports, versions and the render device.
+"""``vlaeval install NAME``: put a benchmark's pinned simulator stack into this interpreter (or into
+one of its own), install the data files its wheel lacks, then check imports, versions and the
+render device. ``vlaeval install lerobot`` makes the interpreter LeRobot's policies run in.
 
 Nothing outside the interpreter changes unless ``--system-deps`` asks for the Debian packages
 (software Vulkan or Mesa's EGL). Re-running is fast: only unmet steps run.
@@ -17,13 +18,15 @@ from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install import installer, interpreters
 from pytest_vlaeval.install.assets_command import add_source_options, install_assets
 from pytest_vlaeval.install.stacks import STACKS
-from pytest_vlaeval.spec import resolve_benchmark
+from pytest_vlaeval.spec import Benchmark, resolve_benchmark
 
 PREFIX = "vlaeval install:"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stack", choices=STACKS, help="the benchmark whose simulator stack to install")
+    parser.add_argument(
+        "stack", choices=STACKS, help="the benchmark whose simulator stack to install, or lerobot (its policies)"
+    )
     parser.add_argument(
         "--system-deps", action="store_true", help="also install the Debian packages it needs (apt-get; root or sudo)"
     )
@@ -32,8 +35,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--own-interpreter",
         action="store_true",
-        help="into an interpreter of its own (Meta-World always is), not this one: "
+        help="into an interpreter of its own (Meta-World and LeRobot always are), not this one: "
         f"${interpreters.INTERPRETER_DIR_ENV}/NAME, else <this env>/vlaeval-interpreters/NAME",
+    )
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the Python that makes an interpreter of its own (default: this one when the stack supports "
+        "its version, else python3.N on PATH or installed by pyenv, N in the stack's range)",
     )
     add_source_options(parser)
 
@@ -62,7 +71,8 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
     installed = interpreters.installed_in(Path(python))
     if not Path(python).is_file():
         why = f"an interpreter of its own for {stack.name} (its pins clash with other stacks')"
-        commands.append(installer.Command(why, (sys.executable, "-m", "venv", str(home))))
+        base = interpreters.base_python(stack, args.python)
+        commands.append(installer.Command(why, (base, "-m", "venv", str(home))))
         installed = interpreters.InstalledIn([])
     elif interpreters.package_mismatch(Path(python)):
         installed.forget("pytest-vlaeval")  # another copy than this one, even at this version: replace it
@@ -72,18 +82,31 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
 def run(args: argparse.Namespace) -> int:
     try:
         return install(args)
-    except SpecError as exc:  # its interpreter of its own does not say which pytest-vlaeval it holds
+    except SpecError as exc:  # no Python to make its interpreter with, or that one is not a Python
         print(f"{PREFIX} {exc}")
         return 1
 
 
+def setup_problem(args: argparse.Namespace, benchmark: Benchmark | None) -> str | None:
+    """What stops the install before anything runs, in one line: a Python out of the stack's range."""
+    stack = STACKS[args.stack]
+    python = target(args)
+    if python is None:
+        if args.python is not None:
+            return f"--python makes an interpreter of its own: add --own-interpreter to install {stack.name} there"
+        return installer.python_problem(stack)
+    if benchmark is not None and benchmark.assets:
+        return f"--own-interpreter: {stack.name}'s data files go into its packages in this interpreter; install it here"
+    if Path(python).is_file():
+        return interpreters.interpreter_python_problem(stack, Path(python))
+    return None
+
+
 def install(args: argparse.Namespace) -> int:
     stack = STACKS[args.stack]
-    problem = installer.python_problem(stack)
-    benchmark, _ = resolve_benchmark(stack.name)
+    benchmark = None if stack.policy else resolve_benchmark(stack.name)[0]
     python = target(args)
-    if python is not None and benchmark.assets:
-        problem = f"--own-interpreter: {stack.name}'s data files go into its packages in this interpreter; install it here"
+    problem = setup_problem(args, benchmark)
     if problem:
         print(f"{PREFIX} {problem}")
         return 1
@@ -104,7 +127,7 @@ def install(args: argparse.Namespace) -> int:
             print(f"{PREFIX} the {stack.name} packages are in place")
         if args.dry_run:
             return 0
-    for line in install_assets(benchmark, args.source, args.force, check_only=args.check):
+    for line in install_assets(benchmark, args.source, args.force, check_only=args.check) if benchmark else ():
         print(
             f"{PREFIX} {line.replace(': FAILED: ', ': note: ')} (only the tasks that need it)"
             if ": FAILED: " in line
@@ -122,7 +145,7 @@ def install(args: argparse.Namespace) -> int:
         *installer.version_problems(stack, installed, steps),
         *installer.import_problems(stack, python or sys.executable),
     ]
-    if not problems and benchmark.env.preflight:
+    if not problems and benchmark is not None and benchmark.env.preflight:
         render = preflight_problem(benchmark.env.preflight, "auto", python or sys.executable)
         if render:
             problems.append(f"render check: {render}")

@@ -15,13 +15,14 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.install.installer import pip_command
-from pytest_vlaeval.install.stacks import STACKS, PipStep
+from pytest_vlaeval.install.installer import pip_command, python_range
+from pytest_vlaeval.install.stacks import STACKS, PipStep, Stack
 from pytest_vlaeval.printable import command_line
 from pytest_vlaeval.version import __version__, package_digest
 
@@ -67,6 +68,95 @@ def session_python(name: str, title: str) -> Path:
             f"{how} (or set {INTERPRETER_DIR_ENV} to where it is)"
         )
     return python
+
+
+VERSION_PROBE = """
+import sys
+print(*sys.version_info[:2])
+if "--venv" in sys.argv:
+    import ensurepip, venv  # Debian splits them off (python3.N-venv): without them no env can be made
+"""
+
+
+def python_version(python: str, can_make_venv: bool = False) -> tuple[int, int] | None:
+    """The ``(major, minor)`` of the Python at ``python``, None when it does not run (a pyenv shim
+    of a version no folder selects) or, with ``can_make_venv``, cannot make a virtual env."""
+    argv = [python, "-c", VERSION_PROBE, *(["--venv"] if can_make_venv else [])]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = done.stdout.split()
+    if done.returncode != 0 or len(words) != 2 or not all(w.isdigit() for w in words):
+        return None
+    return int(words[0]), int(words[1])
+
+
+def python_candidates(stack: Stack) -> list[str]:
+    """Where a Python for the stack's interpreter may be, in the order tried: this one, then for each
+    version in the stack's range, oldest first (the one its authors test), ``python3.N`` on PATH and
+    pyenv's installed copies (its shims on PATH run only the versions a folder selects)."""
+    (major, first), (_, last) = stack.python
+    found = [sys.executable]
+    pyenv_versions = _pyenv_root() / "versions" if shutil.which("pyenv") else None
+    for minor in range(first, last + 1):
+        name = f"python{major}.{minor}"
+        found += [path for path in [shutil.which(name)] if path]
+        if pyenv_versions is not None:
+            copies = [p for p in pyenv_versions.glob(f"{major}.{minor}.*/bin/{name}") if _release(p)]
+            found += [str(p) for p in sorted(copies, key=_release, reverse=True)]
+    return found
+
+
+def _pyenv_root() -> Path:
+    done = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=60)
+    return Path(done.stdout.strip() or "~/.pyenv").expanduser()
+
+
+def _release(python: Path) -> tuple[int, ...]:
+    """``(3, 12, 1)`` for ``<pyenv>/versions/3.12.1/bin/python3.12``; () for a name like 3.12-dev."""
+    parts = python.parent.parent.name.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
+
+
+def base_python(stack: Stack, given: str | None = None) -> str:
+    """The Python that makes the stack's interpreter of its own: ``given`` (``--python``), else the
+    first candidate in the stack's range that can make a virtual env; ``SpecError`` in one line
+    saying what to install when there is none."""
+    first, last = stack.python
+    wanted = f"{stack.name}'s interpreter needs Python {python_range(stack)}"
+    if given is not None:
+        version = python_version(given, can_make_venv=True)
+        if version is None:
+            raise SpecError(f"--python {given} is not a Python that can make a virtual env (venv and ensurepip)")
+        if not first <= version <= last:
+            raise SpecError(f"--python {given} is Python {version[0]}.{version[1]}; {wanted}")
+        return given
+    for python in python_candidates(stack):
+        version = python_version(python, can_make_venv=True)
+        if version is not None and first <= version <= last:
+            return python
+    names = ", ".join(f"python{first[0]}.{minor}" for minor in range(first[1], last[1] + 1))
+    raise SpecError(
+        f"{wanted} and finds none ({names} on PATH or installed by pyenv, with the venv module): install "
+        f"Python {first[0]}.{first[1]} (the system's python{first[0]}.{first[1]}-venv, `pyenv install "
+        f"{first[0]}.{first[1]}` or `uv python install {first[0]}.{first[1]}`), or pass --python PATH"
+    )
+
+
+def interpreter_python_problem(stack: Stack, python: Path) -> str | None:
+    """None when the existing interpreter ``python`` runs a Python in the stack's range; else what
+    to do, in one line."""
+    first, last = stack.python
+    version = python_version(str(python))
+    if version is not None and first <= version <= last:
+        return None
+    home = python.parent.parent
+    found = "does not run" if version is None else f"is Python {version[0]}.{version[1]}"
+    return (
+        f"the interpreter at {home} {found}; {stack.name}'s needs Python {python_range(stack)}: "
+        f"remove that folder and run `{install_command(stack.name)}` again"
+    )
 
 
 def install_command(name: str) -> str | None:
@@ -234,11 +324,11 @@ def own_requirements() -> tuple[str, ...]:
 
 def source_tree() -> str | None:
     """The source folder this package was installed from in editable mode, if it was."""
-    try:
-        text = importlib.metadata.distribution("pytest-vlaeval").read_text("direct_url.json")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    if not text:
+    # An installed copy's metadata, not a source tree's ``*.egg-info`` (an editable install leaves one
+    # there, and ``python -m`` run from the tree finds it first).
+    texts = [d.read_text("direct_url.json") for d in importlib.metadata.distributions(name="pytest-vlaeval")]
+    text = next((t for t in texts if t), None)
+    if text is None:
         return None
     data = json.loads(text)
     if not data.get("dir_info", {}).get("editable") or not str(data.get("url", "")).startswith("file://"):

@@ -175,11 +175,13 @@ STACKS: dict[str, Stack] = {
         steps=(
             PipStep(
                 "LeRobot 0.6.1 with the Push-T and Meta-World envs lerobot-eval runs, their simulators at the "
-                "versions of the pusht and metaworld stacks (torch < 2.12, numpy 2, gymnasium >= 1.1.1)",
-                ("lerobot[pusht,metaworld]==0.6.1", GYM_PUSHT, *METAWORLD_SIMULATOR),
+                "versions of the pusht and metaworld stacks (torch < 2.12, numpy 2, gymnasium >= 1.1.1), and "
+                "Diffusion Policy's diffusers",
+                # diffusers named as lerobot's extra pins it: an extra alone is not checked for.
+                ("lerobot[pusht,metaworld,diffusion]==0.6.1", "diffusers>=0.38,<0.40", GYM_PUSHT, *METAWORLD_SIMULATOR),
             ),
         ),
-        imports=("lerobot", "lerobot.policies.act.modeling_act", "gym_pusht", "metaworld"),
+        imports=("lerobot", "lerobot.policies.act.modeling_act", "diffusers", "gym_pusht", "metaworld"),
         system_packages=MESA_GL,
         own_interpreter=True,
         policy=True,

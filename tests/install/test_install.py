@@ -76,7 +76,7 @@ def test_the_only_console_script_is_vlaeval() -> None:
 # -- the pip plan -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stack", ["mikasa", "libero"])
+@pytest.mark.parametrize("stack", ["mikasa", "libero", "lerobot"])
 def test_nothing_runs_when_the_stack_is_in_place(stack: str) -> None:
     assert installer.pip_plan(STACKS[stack], versions_meeting(stack)) == []
 
@@ -197,10 +197,12 @@ def test_an_interpreter_of_its_own_that_is_not_python_is_one_line(
     monkeypatch.setenv(interpreters.INTERPRETER_DIR_ENV, str(tmp_path))
     (tmp_path / "pusht" / "bin").mkdir(parents=True)
     (tmp_path / "pusht" / "bin" / "python").symlink_to("/bin/sh")
-    args = argparse.Namespace(stack="pusht", system_deps=False, own_interpreter=True, check=False, dry_run=True)
+    args = argparse.Namespace(
+        stack="pusht", system_deps=False, own_interpreter=True, check=False, dry_run=True, python=None
+    )
     assert command.run(args) == 1
     (line,) = capsys.readouterr().out.splitlines()
-    assert line.startswith(f"vlaeval install: {tmp_path / 'pusht' / 'bin' / 'python'} did not say which pytest-vlaeval")
+    assert line.startswith(f"vlaeval install: the interpreter at {tmp_path / 'pusht'} does not run; ")
 
 
 # -- the check --------------------------------------------------------------------------------
