@@ -26,6 +26,7 @@ from pytest_vlaeval.printable import command_line, terminal_safe
 from pytest_vlaeval.report.run_files import write_run_files
 from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.results.canonical import summary
+from pytest_vlaeval.results.eval_info import eval_info
 from pytest_vlaeval.results.latest import LatestRecords, whole_lines
 from pytest_vlaeval.results.record import record_time
 from pytest_vlaeval.results.rundir import RunDir, shard_of, writing
@@ -87,6 +88,7 @@ def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gat
             body,
             per_task,
             policy=reference["policy"],
+            eval_info=eval_info(selection, latest),
             verdict=verdict,
             baseline=judge.baseline if judge else None,
             final=True,
@@ -160,7 +162,9 @@ def selection_of(run_dir: Path) -> Selection:
 
 
 def _fixed_gate(options: GateOptions, selection: Selection) -> FixedGate:
-    baseline = load_baseline(options.baseline, [t.env_id for t in selection.tasks], selection.seeds)
+    baseline = load_baseline(
+        options.baseline, [t.env_id for t in selection.tasks], selection.seeds, benchmark=selection.benchmark
+    )
     return FixedGate.create(baseline, selection.seeds, options.max_drop, options.alpha)
 
 

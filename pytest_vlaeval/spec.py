@@ -171,6 +171,29 @@ class Reporting:
 
 
 @dataclass(frozen=True)
+class EvalInfoNames:
+    """LeRobot's name of each task in its ``eval_info.json``, ``(task_group, task_id)``
+    (``spec_file.EvalInfoFile``): what our copy of that file writes, and how a lerobot-eval one is read."""
+
+    names: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """env id -> (task_group, task_id)."""
+    single_task_prefixes: tuple[str, ...] = ()
+
+    def env_id(self, task_group: str, task_id: int) -> str | None:
+        """The task LeRobot's ``(task_group, task_id)`` names; None when it names none of this benchmark's."""
+        if (task_group, task_id) in self._by_name:
+            return self._by_name[task_group, task_id]
+        for prefix in self.single_task_prefixes if task_id == 0 else ():
+            if task_group.startswith(prefix) and task_group[len(prefix) :] in self.names:
+                return task_group[len(prefix) :]
+        return None
+
+    @functools.cached_property
+    def _by_name(self) -> dict[tuple[str, int], str]:
+        return {name: env_id for env_id, name in self.names.items()}
+
+
+@dataclass(frozen=True)
 class Benchmark:
     name: str
     title: str
@@ -188,6 +211,7 @@ class Benchmark:
     reporting: Reporting = Reporting()
     unavailable_splits: dict[str, str] = field(default_factory=dict)
     """Splits the benchmark defines that this install cannot run, with the reason (one line)."""
+    eval_info: EvalInfoNames = EvalInfoNames()
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -335,6 +359,7 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
         digest=content_digest(data),
         reporting=_reporting(document, axes, tasks, path),
         unavailable_splits=dict(document.unavailable_splits),
+        eval_info=_eval_info_names(document.eval_info, axes, tasks, path),
     )
 
 
@@ -351,6 +376,34 @@ def _reporting(
         pooled_success_key=document.pooled_success_key,
         grid=_grid(document.grid, by_field, tasks, path) if document.grid else None,
     )
+
+
+def _eval_info_names(
+    declared: spec_file.EvalInfoFile, axes: tuple[Axis, ...], tasks: tuple[Task, ...], path: Path
+) -> EvalInfoNames:
+    """Each task's ``(task_group, task_id)`` in LeRobot's ``eval_info.json``: its group along the
+    declared axis, renamed where the file says, and its index among that group's tasks; refused in
+    one line where a name would be ambiguous (two groups renamed alike, a task named like a group)."""
+    if declared.task_group not in {a.field for a in axes}:
+        raise SpecError(f"benchmark file {path}: eval_info.task_group {declared.task_group!r} is not one of the axes")
+    raw = [t.split if declared.task_group == SPLIT_AXIS.field else dict(t.groups)[declared.task_group] for t in tasks]
+    unknown = sorted(set(declared.group_names) - set(raw))
+    if unknown:
+        raise SpecError(
+            f"benchmark file {path}: eval_info.group_names renames {unknown}, not groups along {declared.task_group!r}"
+        )
+    renamed = {group: declared.group_names.get(group, group) for group in dict.fromkeys(raw)}
+    if len(set(renamed.values())) < len(renamed):
+        raise SpecError(f"benchmark file {path}: eval_info.group_names gives two groups one name: {renamed}")
+    alone = {p + t.env_id for p in declared.single_task_prefixes for t in tasks} & set(renamed.values())
+    if alone:
+        raise SpecError(f"benchmark file {path}: eval_info names a task like a group: {sorted(alone)}")
+    counts: Counter[str] = Counter()
+    names = {}
+    for task, group in zip(tasks, raw, strict=True):
+        names[task.env_id] = (renamed[group], counts[group])
+        counts[group] += 1
+    return EvalInfoNames(names, tuple(declared.single_task_prefixes))
 
 
 def _grid(declared: spec_file.GridFile, by_field: dict[str, Axis], tasks: tuple[Task, ...], path: Path) -> Grid:

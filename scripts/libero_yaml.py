@@ -133,6 +133,8 @@ def benchmark_file(splits: list[str]) -> str:
         "benchmark_commit": "8f1084e",
         "env": env_block({split: suite for split, (suite, _) in SUITES.items()}),
         **REPORTING,
+        # eval_info.json (lerobot-eval --env.type=libero) names a task by its suite and its index there.
+        "eval_info": {"group_names": {split: suite for split, (suite, _) in SUITES.items()}},
         "protocol": {"start_seed": 0, "episodes": 50},
         "axes": [{"field": "split", "label": "suite", "title_case": True}],
         "tasks": tasks,

@@ -180,6 +180,9 @@ def benchmark_data() -> dict[str, Any]:
         # A paper's "average" (SmolVLA's table: the mean of Easy/Medium/Hard/Very Hard), labelled apart.
         "mean_of_groups": "difficulty",
         "episode_extras": [{"field": "max_reward", "reduce": "mean", "summary": "avg_max_reward"}],
+        # eval_info.json names a task by its difficulty group and its index there (lerobot-eval
+        # --env.task=easy,medium,...), or, run alone, by its name (--env.task=push-v3 or metaworld-push-v3).
+        "eval_info": {"task_group": "difficulty", "single_task_prefixes": ["", "metaworld-"]},
         "protocol": {"start_seed": 1000, "episodes": 10},
         "axes": [
             {"field": "split", "label": "split"},

@@ -14,6 +14,7 @@ from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.verdict import Verdict
 from pytest_vlaeval.report.run_files import Written, write_run_files
 from pytest_vlaeval.results.canonical import finished_task, summary, write_task
+from pytest_vlaeval.results.eval_info import eval_info
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.schema import Canonical, TaskResult
 from pytest_vlaeval.results.store import RunStore
@@ -85,6 +86,7 @@ class RunWriter:
                     body,
                     per_task,
                     policy=self.run.policy_spec,
+                    eval_info=eval_info(self.run.selection, self.latest),
                     verdict=verdict,
                     baseline=self.baseline,
                     final=final,

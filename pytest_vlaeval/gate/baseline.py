@@ -6,21 +6,24 @@ after the whole evaluation).
 Only the selected tasks' files are read; other files (``summary.json``, another split's tasks)
 are none of the gate's business. The gate pairs episodes by seed, so a task's file must list
 ``episode_seeds`` beside ``successes``, and the baseline must share at least one seed with this
-run on every task it has.
+run on every task it has. A lerobot-eval output directory (or its ``eval_info.json``) is a
+baseline too, its tasks named and its seeds known as ``gate.eval_info`` reads them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.gate.eval_info import eval_info_location, read_eval_info
 from pytest_vlaeval.gate.sequential import Method, drop_method
 from pytest_vlaeval.gate.stats import Outcomes
 from pytest_vlaeval.results import strict_json
+from pytest_vlaeval.spec import Benchmark
 
 
 @dataclass(frozen=True)
@@ -62,26 +65,26 @@ class Baseline:
         return drop_method(self.srs(), self.seed_means(), seeds, max_drop)
 
 
-def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int]) -> Baseline:
-    """The baseline for the selected tasks and this run's seeds; ``SpecError`` when the gate cannot use it."""
+def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int], *, benchmark: Benchmark) -> Baseline:
+    """The baseline for the selected tasks and this run's seeds; ``SpecError`` when the gate cannot use it.
+    ``benchmark`` names the tasks of a lerobot-eval ``eval_info.json``."""
     where = f"--vla-baseline {directory}"
-    if not directory.exists():
-        raise SpecError(f"{where}: no such directory")
-    if not directory.is_dir():
-        raise SpecError(f"{where}: a file; expected a directory of per-task results (<ENV_ID>.json)")
+    location = eval_info_location(directory)
+    if location is not None:
+        given = {task.env_id: task.outcomes for task in read_eval_info(location, benchmark, "--vla-baseline")}
+        present, read = list(given), given.get
+    else:
+        present, read = _per_task_files(directory, where)
     outcomes, missing, all_errors = {}, [], []
     for env_id in env_ids:
-        file = directory / f"{env_id}.json"
-        if not file.is_file():
+        task = read(env_id)
+        if task is None:
             missing.append(env_id)
-            continue
-        task = _task_outcomes(file, env_id)
-        if task:
+        elif task:
             outcomes[env_id] = task
         else:
             all_errors.append(env_id)
     if not outcomes:
-        present = sorted(p.stem for p in directory.glob("*.json") if p.name != "summary.json")
         has = f"it has {_names(present)}" if present else "it has no per-task <ENV_ID>.json file"
         raise SpecError(
             f"{where}: no selected task has a completed episode there ({has}; this run needs {_names(env_ids)})"
@@ -95,6 +98,18 @@ def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int])
             "--episodes)"
         )
     return baseline
+
+
+def _per_task_files(directory: Path, where: str) -> tuple[list[str], Callable[[str], dict[int, bool] | None]]:
+    """The tasks a directory has a file of, and the reader of one task's (None: no file)."""
+    if not directory.is_dir():
+        raise SpecError(f"{where}: no such directory")
+
+    def read(env_id: str) -> dict[int, bool] | None:
+        file = directory / f"{env_id}.json"
+        return _task_outcomes(file, env_id) if file.is_file() else None
+
+    return sorted(p.stem for p in directory.glob("*.json") if p.name != "summary.json"), read
 
 
 def _task_outcomes(file: Path, env_id: str) -> dict[int, bool]:

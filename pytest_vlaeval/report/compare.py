@@ -1,5 +1,5 @@
-"""``vlaeval compare RUN [RUN ...]``: run directories (e.g. one per checkpoint) side by side, in
-the order given: prints the table, writes ``compare.md`` and ``compare.html``."""
+"""``vlaeval compare RUN [RUN ...]``: run directories (e.g. one per checkpoint, or lerobot-eval's
+output) side by side, in the order given: prints the table, writes ``compare.md`` and ``compare.html``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,13 @@ HTML = "compare.html"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = "Compare runs (e.g. one per checkpoint) with the first: SRs, intervals, paired differences."
-    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run directories, in the order to show")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="run directories, in the order to show; lerobot-eval's output as DIR:seed=N (its --seed)",
+    )
     parser.add_argument(
         "--out", type=Path, default=Path("."), help=f"folder for {MARKDOWN} and {HTML} [current directory]"
     )

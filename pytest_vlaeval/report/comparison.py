@@ -1,6 +1,11 @@
 """Runs compared across checkpoints: split, group and task SRs of every run with their intervals,
 and each run's paired difference to the first on the seeds both completed.
 
+A lerobot-eval output directory (or its ``eval_info.json``: ``gate.eval_info``) is a run too: its
+episodes become records, summarised by the same code as ours (``results.canonical``), with the
+benchmark of the first of our runs given, which names its tasks; it keeps no episode lengths,
+which no comparison reads.
+
 The paired difference is the regression gate's own (``gate``: the seed as the unit, per-seed
 differences on the seeds every compared task has in both runs, and the interval of the method
 the gate would choose for those tasks and seeds), asked of every row's tasks, so a comparison
@@ -15,13 +20,18 @@ from pathlib import Path
 from typing import NoReturn
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.gate.eval_info import EvalInfoLocation, eval_info_location, read_eval_info
 from pytest_vlaeval.gate.fixed import paired_interval
 from pytest_vlaeval.gate.sequential import method_for
 from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
 from pytest_vlaeval.report.axes import group_rates, summary_axes
+from pytest_vlaeval.results.canonical import summary as canonical_summary
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, timestamp
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.runfiles import convert, read_json
-from pytest_vlaeval.results.schema import Summary, TaskResult
+from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
+from pytest_vlaeval.spec import Selection, load_benchmark
 
 PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
 """What runs must share to be compared: the same episodes of the same benchmark."""
@@ -29,6 +39,9 @@ PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n
 
 OVERALL = "overall"
 """The row of the whole selection (the selected split's SR)."""
+
+LEROBOT_EVAL = "lerobot-eval"
+"""The policy a lerobot-eval run is shown with (its file does not name the checkpoint)."""
 
 
 class ComparisonError(ValueError):
@@ -151,12 +164,59 @@ def _check_consistent(run_dir: RunDir, summary: Summary, per_task: list[TaskResu
                 refuse(run_dir.summary, f"{axis.summary} has no SR for {group!r}, the {axis.label} group of {env_id}")
 
 
+def load_lerobot_run(location: EvalInfoLocation, reference: Path, split: str) -> Canonical:
+    """A lerobot-eval run's canonical view, its tasks named by the benchmark ``reference`` (a run
+    of ours) was made with, shown as that run's ``split``."""
+    try:
+        benchmark = load_benchmark(RunDir(reference).spec)
+        tasks = read_eval_info(location, benchmark, "vlaeval compare")
+    except SpecError as exc:
+        raise ComparisonError(str(exc)) from None
+    seeds = sorted({seed for task in tasks for seed in task.seeds})
+    if not seeds:
+        raise ComparisonError(f"{location.given}: {location.file} holds no episode")
+    latest = LatestRecords(RunDir(location.file.parent))
+    for task in tasks:
+        for seed, success, sum_reward in zip(task.seeds, task.successes, task.sum_rewards, strict=True):
+            latest.add(_record(task.env_id, seed, success, sum_reward))
+    order = {task.env_id: i for i, task in enumerate(benchmark.tasks)}
+    selected = sorted((benchmark.task(task.env_id) for task in tasks), key=lambda task: order[task.env_id])
+    selection = Selection(benchmark, split, tuple(selected), seeds[0], seeds[-1] - seeds[0] + 1)
+    return canonical_summary(selection, latest, interrupted=False)
+
+
+def _record(env_id: str, seed: int, success: bool, sum_reward: float) -> EpisodeRecord:
+    """A lerobot-eval episode as a record: its outcome and return (its length is not in the file)."""
+    return EpisodeRecord(
+        task=env_id,
+        seed=seed,
+        outcome=SUCCESS if success else FAILURE,
+        success=success,
+        episode_return=sum_reward,
+        length=0,
+        message="",
+        wall_time=0.0,
+        worker=LEROBOT_EVAL,
+        time=timestamp(),
+        model={"name": LEROBOT_EVAL},
+    )
+
+
 def compare(runs: Sequence[str | Path]) -> Comparison:
-    """Compare run directories (e.g. one per checkpoint), in the order given, with the first."""
+    """Compare run directories (e.g. one per checkpoint), in the order given, with the first; a
+    lerobot-eval output directory among them is read with the benchmark of the first of ours."""
     if not runs:
         raise ComparisonError("compare needs at least one run directory")
     paths = [Path(r) for r in runs]
-    loaded = [load_run(p) for p in paths]
+    lerobot = {path: location for path in paths if (location := eval_info_location(path)) is not None}
+    ours = [path for path in paths if path not in lerobot]
+    if lerobot and not ours:
+        raise ComparisonError(
+            "lerobot-eval's eval_info.json does not say which benchmark it ran: compare it beside one of our runs"
+        )
+    by_path = {path: load_run(path) for path in ours}
+    split = by_path[ours[0]][0]["selected_split"]
+    loaded = [by_path[p] if p in by_path else load_lerobot_run(lerobot[p], ours[0], split) for p in paths]
     first = loaded[0][0]
     for path, (summary, _) in zip(paths[1:], loaded[1:], strict=True):
         differs = [k for k in PROTOCOL if summary[k] != first[k]]  # type: ignore[literal-required]

@@ -14,6 +14,7 @@ import os
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_vlaeval.errors import ResultsUnwritable
 from pytest_vlaeval.gate.baseline import Baseline
@@ -22,6 +23,7 @@ from pytest_vlaeval.report.chart import write_chart
 from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.report.markdown import markdown_report
 from pytest_vlaeval.results.canonical import write_canonical, write_summary
+from pytest_vlaeval.results.eval_info import write_eval_info
 from pytest_vlaeval.results.rundir import RunDir, attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.store import write_text_atomic
@@ -44,11 +46,13 @@ def write_run_files(
     per_task: list[TaskResult],
     *,
     policy: str,
+    eval_info: dict[str, Any],
     verdict: Verdict | None = None,
     baseline: Baseline | None = None,
     final: bool,
 ) -> Written:
-    """``summary.json`` and ``report.html`` (the episodes that flipped against ``baseline``); when
+    """``summary.json``, ``eval_info.json`` (LeRobot's view of the same records: ``results.eval_info``)
+    and ``report.html`` (the episodes that flipped against ``baseline``); when
     ``final`` (a session's end, a merge) also every task's ``<ENV_ID>.json`` (as a session goes,
     each is written as its task finishes), ``report.md``, the chart and the GitHub step summary.
     When the canonical JSON is refused, none of these is written and the run's are removed."""
@@ -62,10 +66,11 @@ def write_run_files(
             write_summary(run_dir, summary)
     except ResultsUnwritable as exc:
         written.canonical_refused = str(exc)
-        for derived in (run_dir.report_html, run_dir.chart, run_dir.report):
+        for derived in (run_dir.eval_info, run_dir.report_html, run_dir.chart, run_dir.report):
             with suppress(OSError):  # the refusal above is what is reported
                 derived.unlink(missing_ok=True)
         return written
+    attempt_write(run_dir.eval_info, lambda: write_eval_info(run_dir, eval_info), written.refused)
     attempt_write(
         run_dir.report_html, lambda: write_report(run_dir, summary, per_task, policy, baseline), written.refused
     )

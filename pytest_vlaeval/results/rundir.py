@@ -8,6 +8,7 @@
     <run>/episodes/*.jsonl      the durable log, one file per session (``store``)
     <run>/<ENV_ID>.json         per-task canonical results (``canonical``)
     <run>/summary.json          the run's canonical summary
+    <run>/eval_info.json        the same episodes as LeRobot's lerobot-eval writes them (``eval_info``)
     <run>/summary.png           its chart (``chart``)
     <run>/report.md             the markdown report (also the GitHub step summary)
     <run>/report.html           the self-contained HTML report (``report``)
@@ -49,6 +50,7 @@ class RunDir:
         self.episodes = path / "episodes"
         self.lock = path / ".lock"
         self.summary = path / "summary.json"
+        self.eval_info = path / "eval_info.json"
         self.chart = path / "summary.png"
         self.report = path / "report.md"
         self.report_html = path / "report.html"
@@ -63,7 +65,7 @@ class RunDir:
         """The run's files of fixed names (each a plain file, when there)."""
         return (
             self.fingerprint, self.policy, self.spec, self.lock, self.summary,
-            self.chart, self.report, self.report_html, self.server_log,
+            self.eval_info, self.chart, self.report, self.report_html, self.server_log,
         )  # fmt: skip
 
     def task(self, env_id: str) -> Path:

@@ -313,7 +313,10 @@ def _task_json(env_id: str, seeds: list[int], success: bool = True) -> dict:
             lambda d: None,
             "baseline: no such directory",
         ),
-        (lambda d: d.write_text("{}"), "baseline: a file; expected a directory of per-task results (<ENV_ID>.json)"),
+        (
+            lambda d: d.write_text("{}"),
+            "baseline is not LeRobot's eval_info.json: Object missing required field `per_task`",
+        ),
         (lambda d: d.mkdir(), "no selected task has a completed episode there (it has no per-task <ENV_ID>.json file"),
         (
             lambda d: _write_task(d, "Other-v0", _task_json("Other-v0", [100, 101, 102])),

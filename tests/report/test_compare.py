@@ -25,7 +25,7 @@ from pytest_vlaeval.report.comparison import OVERALL, ComparisonError, load_run
 from pytest_vlaeval.results.canonical import summary
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import resolve_benchmark, select
+from pytest_vlaeval.spec import load_benchmark, resolve_benchmark, select
 
 
 def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: pytest.Pytester) -> None:
@@ -38,7 +38,9 @@ def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: 
     for path, difference in zip((middle, late), overall.differences, strict=True):
         per_task = load_run(path)[1]
         seeds = sorted({s for r in per_task for s in r["episode_seeds"]})
-        baseline = load_baseline(early, [r["env_id"] for r in per_task], seeds)
+        baseline = load_baseline(
+            early, [r["env_id"] for r in per_task], seeds, benchmark=load_benchmark(early / "benchmark.yaml")
+        )
         gate = FixedGate.create(baseline, seeds, max_drop=1.0, alpha=0.05).judge(per_task)
         assert gate.drop is not None and difference is not None
         assert difference.difference == pytest.approx(-gate.drop)

@@ -1,0 +1,185 @@
+"""LeRobot's ``eval_info.json`` read back: a lerobot-eval output directory (or the file itself) as
+the gate's baseline or a run ``vlaeval compare`` shows (our runs write the same file:
+``results.eval_info``).
+
+lerobot-eval writes one ``per_task`` entry per task, named ``(task_group, task_id)`` (this
+benchmark's names for them: ``spec.EvalInfoNames``), with ``metrics``: ``sum_rewards``,
+``max_rewards`` and ``successes``, parallel lists in episode order. Episode i ran seed S + i,
+S being lerobot-eval's ``--seed`` (every task restarts at S), and the file keeps no seed, nor does
+lerobot-eval keep its configuration beside it. So the seeds come from the file where one of ours
+wrote it (``per_task[i]["vlaeval"]["seeds"]``), and otherwise from the location: ``DIR:seed=1000``.
+
+The file is someone else's: it is read as ``strict_json`` reads (finite numbers, shallow nesting),
+each field it gives is type-checked, the lists of a task must be of one length, every task must be
+one of this benchmark's, and the file is never read through a symbolic link in the directory.
+Whatever is not so is one line naming the file and the field, before any episode runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results import strict_json
+from pytest_vlaeval.spec import Benchmark
+
+FILE = "eval_info.json"
+OURS = "vlaeval"
+"""The key of a ``per_task`` entry under which our copy of the file keeps its seeds: LeRobot's
+readers take ``task_group``, ``task_id`` and ``metrics`` of an entry by name, and never iterate it."""
+SEED_SUFFIX = re.compile(r"^(?P<path>.+):seed=(?P<seed>\d{1,18})$")
+"""``DIR:seed=N``: where the file was written by lerobot-eval run with ``--seed=N``."""
+MAX_BYTES = 256 * 2**20
+"""The largest file read: lerobot-eval's for 50 tasks of 500 episodes is a few MB."""
+
+Seed = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
+class _Ours(msgspec.Struct, frozen=True):
+    benchmark: str
+    env_id: str
+    seeds: list[Seed]
+
+
+class _Metrics(msgspec.Struct, frozen=True):
+    """The lists read; LeRobot's others (``video_paths``) are left alone."""
+
+    sum_rewards: list[float]
+    max_rewards: list[float | None]
+    """None where our run had no maximum reward for the episode (lerobot-eval writes a number)."""
+    successes: list[bool]
+
+
+class _Entry(msgspec.Struct, frozen=True):
+    task_group: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    task_id: Annotated[int, msgspec.Meta(ge=0)]
+    metrics: _Metrics
+    vlaeval: _Ours | None = None
+
+
+class _File(msgspec.Struct, frozen=True):
+    per_task: list[_Entry]
+
+
+@dataclass(frozen=True)
+class EvalInfoLocation:
+    """Where an ``eval_info.json`` is, and the seed of its first episode when the location names it."""
+
+    given: str
+    file: Path
+    start_seed: int | None
+    in_directory: bool
+    """Found in the directory named (then never read through a link, which could lead out of it)."""
+
+
+@dataclass(frozen=True)
+class EvalInfoTask:
+    """One task of the file, as this benchmark names it, its episodes in the file's order."""
+
+    env_id: str
+    seeds: tuple[int, ...]
+    successes: tuple[bool, ...]
+    sum_rewards: tuple[float, ...]
+    max_rewards: tuple[float | None, ...]
+
+    @property
+    def outcomes(self) -> dict[int, bool]:
+        """seed -> success: what the gate pairs."""
+        return dict(zip(self.seeds, self.successes, strict=True))
+
+
+def eval_info_location(given: Path) -> EvalInfoLocation | None:
+    """``given`` as the place of an ``eval_info.json``: a file, a directory holding one but no
+    ``summary.json`` (a run of ours is read from its canonical files), or either with ``:seed=N``.
+    None when it is none of these (a directory of per-task results)."""
+    text = str(given)
+    path, start_seed = given, None
+    match = SEED_SUFFIX.match(text)
+    if match and not given.exists():
+        path, start_seed = Path(match["path"]), int(match["seed"])
+    if path.is_dir():
+        if start_seed is None and ((path / "summary.json").exists() or not (path / FILE).exists()):
+            return None
+        return EvalInfoLocation(text, path / FILE, start_seed, in_directory=True)
+    if start_seed is None and not path.is_file():
+        return None
+    return EvalInfoLocation(text, path, start_seed, in_directory=False)
+
+
+def read_eval_info(location: EvalInfoLocation, benchmark: Benchmark, option: str) -> list[EvalInfoTask]:
+    """The file's tasks, each named as this benchmark names it; ``SpecError`` in one line (starting
+    ``option``) when the file is not LeRobot's ``eval_info.json``, is another benchmark's, or its
+    seeds cannot be known."""
+    file = location.file
+    where = f"{option} {location.given}"
+    if location.in_directory and file.is_symlink():
+        raise SpecError(f"{where}: {file} is a symbolic link; name the file it leads to")
+    try:
+        size = file.stat().st_size
+        if size > MAX_BYTES:
+            raise SpecError(f"{where}: {file} is {size / 2**20:.0f} MiB, larger than an eval_info.json")
+        data = strict_json.loads(file.read_bytes().decode("utf-8-sig"))
+    except FileNotFoundError:
+        raise SpecError(f"{where}: no {file}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{where}: cannot read {file} ({exc})") from None
+    except ValueError as exc:
+        raise SpecError(f"{where}: {file} is not JSON ({exc})") from None
+    try:
+        entries = msgspec.convert(data, _File).per_task
+    except msgspec.ValidationError as exc:
+        raise SpecError(f"{where}: {file} is not LeRobot's eval_info.json: {exc}") from None
+    names = benchmark.eval_info
+    found = [(entry, names.env_id(entry.task_group, entry.task_id)) for entry in entries]
+    foreign = [f"{e.task_group} {e.task_id}" for e, env_id in found if env_id is None]
+    if foreign:
+        whose = "another benchmark's" if len(foreign) == len(found) else "not all of it this benchmark's"
+        raise SpecError(
+            f"{where}: {file} is {whose}: its task_group/task_id {', '.join(foreign[:3])} "
+            f"name no task of {benchmark.name} (whose groups are {', '.join(_groups(benchmark)[:6])})"
+        )
+    tasks = [_task(entry, env_id, location, benchmark, where) for entry, env_id in found if env_id is not None]
+    ids = [task.env_id for task in tasks]
+    twice = sorted({env_id for env_id in ids if ids.count(env_id) > 1})
+    if twice:
+        raise SpecError(f"{where}: {file} lists the task {twice[0]} twice")
+    return tasks
+
+
+def _task(entry: _Entry, env_id: str, location: EvalInfoLocation, benchmark: Benchmark, where: str) -> EvalInfoTask:
+    """One entry, its lists of one length and its seeds known."""
+    metrics, ours = entry.metrics, entry.vlaeval
+    name = f"{location.file} (task_group {entry.task_group!r}, task_id {entry.task_id})"
+    n = len(metrics.successes)
+    if len(metrics.sum_rewards) != n or len(metrics.max_rewards) != n:
+        raise SpecError(
+            f"{where}: {name} has {len(metrics.sum_rewards)} sum_rewards, {len(metrics.max_rewards)} max_rewards "
+            f"and {n} successes; lerobot-eval writes one of each per episode"
+        )
+    if ours is not None:
+        if ours.benchmark != benchmark.name or ours.env_id != env_id:
+            raise SpecError(
+                f"{where}: {name} says it is {ours.benchmark}'s {ours.env_id}, where {benchmark.name} names it {env_id}"
+            )
+        if len(ours.seeds) != n or len(set(ours.seeds)) != n:
+            raise SpecError(f"{where}: {name} lists {len(set(ours.seeds))} distinct seeds for {n} episodes")
+        seeds = tuple(ours.seeds)
+        if location.start_seed is not None and seeds != tuple(range(location.start_seed, location.start_seed + n)):
+            raise SpecError(f"{where}: {name} keeps its own seeds, which :seed={location.start_seed} contradicts")
+    elif location.start_seed is None:
+        raise SpecError(
+            f"{where}: {location.file} keeps no seeds (lerobot-eval ran episode i with its --seed + i): "
+            f"name that seed, as {location.given}:seed=1000"
+        )
+    else:
+        seeds = tuple(range(location.start_seed, location.start_seed + n))
+    return EvalInfoTask(env_id, seeds, tuple(metrics.successes), tuple(metrics.sum_rewards), tuple(metrics.max_rewards))
+
+
+def _groups(benchmark: Benchmark) -> list[str]:
+    return list(dict.fromkeys(group for group, _ in benchmark.eval_info.names.values()))
