@@ -11,7 +11,7 @@ session end.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from typing import Any
 
 import pytest
@@ -236,10 +236,14 @@ class ResultsController:
             self.progress.notice(f"vlaeval: {received[0]} received while the run's files were written: they are whole")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
 
-    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> Generator[None]:
+        """The run's result ends its output: the results table comes after pytest's short test
+        summary (which lists failed episodes only under ``-r``: see ``plugin.pytest_configure``)."""
+        result = yield
         written = self.writer.written
-        if written is None:
-            return
-        args = config.invocation_params.args
-        verdict, writer = self.gate_run.verdict, self.writer
-        render_summary(terminalreporter, *written, self.run, verdict, args, writer.files.chart, writer.unwritten)
+        if written is not None:
+            args = config.invocation_params.args
+            verdict, writer = self.gate_run.verdict, self.writer
+            render_summary(terminalreporter, *written, self.run, verdict, args, writer.files.chart, writer.unwritten)
+        return result

@@ -82,6 +82,9 @@ def render_summary(
         for line in completion_advice(args, run, per_task):
             tr.write_line(line, bold=True)
     tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
+    failed = sum(len(result["successes"]) - sum(result["successes"]) for result in per_task)
+    if failed:
+        tr.write_line(failed_episodes_pointer(failed, run.dir.report_html, tr.hasopt("f")))
     if run.merged_later:
         tr.write_line(
             "this shard wrote its episode log only: the run's files are written by: "
@@ -94,6 +97,17 @@ def render_summary(
         tr.write_line(
             verdict.verdict(), green=verdict.passed, red=outcome == FAIL, yellow=outcome == UNDECIDED, bold=True
         )
+
+
+def failed_episodes_pointer(failed: int, page: Path, listed: bool) -> str:
+    """Where the failed episodes are, in one line: pytest's short test summary lists them only
+    under ``-r`` (``listed``), so that a run of thousands still ends with its results table."""
+    them = "it" if failed == 1 else "them"
+    where = [f"{page.name} lists {them}"] if page.is_file() else []
+    where += [] if listed else [f"-rf lists {them} here"]
+    where.append(f"--vla-rerun=failures reruns {them}")
+    episodes = "episode" if failed == 1 else "episodes"
+    return f"{failed} {episodes} failed (policy failures, counted above): {', '.join(where)}"
 
 
 def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:

@@ -224,11 +224,12 @@ def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_epi
     fake: pytest.Pytester, live: str
 ) -> None:
     proc = session(fake, "--policy=slow:Slow", "-n", "2", f"--vla-live={live}")
+    # Read from the start: the live panel fills a pipe nobody drains, and the session would block on it.
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     wait_for_records(fake.path / "results", 2, proc)
     frozen = psutil.Process(proc.pid).children()[0]
     mid_episode(frozen, fake.path)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     deadline = time.monotonic() + HANG_GUARD_S
     try:
         while "far past the typical episode" not in (notice := lines.get(timeout=HANG_GUARD_S)):

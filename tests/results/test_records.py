@@ -107,7 +107,9 @@ def test_failed_episodes_are_results_and_errors_keep_their_tracebacks(fake: pyte
                     raise RuntimeError("the policy fell over")
         """
     )
-    result = fake.runpytest_subprocess(*SHORT, "--episodes=1", "--policy=policies:CrashesOnBeta", "-p", "no:xdist")
+    result = fake.runpytest_subprocess(
+        *SHORT, "--episodes=1", "--policy=policies:CrashesOnBeta", "-p", "no:xdist", "-rfE"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
     assert "= FAILURES =" not in out and "Alpha-v0 seed 100" not in out
