@@ -211,7 +211,9 @@ def _gate(run: RunContext) -> FixedGate | SequentialGate | None:
     selection = run.selection
     baseline = None
     if run.baseline is not None:
-        baseline = load_baseline(run.baseline, [t.env_id for t in selection.tasks], selection.seeds)
+        baseline = load_baseline(
+            run.baseline, [t.env_id for t in selection.tasks], selection.seeds, benchmark=selection.benchmark
+        )
     if run.sequential:
         return SequentialGate.create(run.sequential, selection, run.max_drop, baseline)
     return FixedGate.create(baseline, selection.seeds, run.max_drop, run.gate_alpha) if baseline else None

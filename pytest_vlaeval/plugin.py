@@ -12,6 +12,8 @@ standard-library-only leaf). With ``--benchmark``, ``configure`` registers the p
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from pytest_vlaeval.choices import (
@@ -24,6 +26,9 @@ from pytest_vlaeval.choices import (
 )
 
 DEFAULT_RESULTS = "results"
+
+REPORT_CHARS_GIVEN = pytest.StashKey[bool]()
+"""Whether a benchmark session was given ``-r`` (on the command line or in addopts)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -164,7 +169,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     results.addoption(
         "--vla-baseline",
         metavar="DIR",
-        help="gate against a run directory (ours, or the reference runner's per-task JSON)",
+        help="gate against a run directory (ours, or the reference runner's per-task JSON), or lerobot-eval's "
+        "output as DIR:seed=N (its --seed)",
     )
     results.addoption(
         "--vla-max-drop",
@@ -220,10 +226,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("vla_render", "default for --vla-render", default="auto")
 
 
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Note whether ``-r`` was given, while the arguments with their addopts are at hand: the
+    parsed value cannot tell pytest's default ``fE`` from ``-rfE`` given."""
+    if early_config.known_args_namespace.benchmark:
+        given = parser.parse_known_args(args, namespace=argparse.Namespace(reportchars=None)).reportchars
+        early_config.stash[REPORT_CHARS_GIVEN] = given is not None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("benchmark"):
         return
+    if not config.stash.get(REPORT_CHARS_GIVEN, True):
+        # Failed episodes are results, counted in the results table: the short test summary
+        # lists them only under -r (read by the terminal reporter, which is made after this).
+        config.option.reportchars = config.option.reportchars.replace("f", "")
     from pytest_vlaeval.configure import start
 
     start(config)

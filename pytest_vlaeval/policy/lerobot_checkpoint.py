@@ -3,9 +3,10 @@ LeRobot pretrained-model directory holds, and whether the benchmark gives what i
 
 The directory is someone else's: its ``config.json`` is read as untrusted JSON, and only the
 fields named here are looked at. What a benchmark's observation keys become for a LeRobot policy
-is LeRobot's ``preprocess_observation`` naming (``pixels`` -> ``observation.image``, a dict of
-cameras -> ``observation.images.<camera>``, ``agent_pos`` -> ``observation.state``,
-``environment_state`` -> ``observation.environment_state``, any other key -> ``observation.<key>``).
+is LeRobot's ``preprocess_observation`` naming (``pixels`` -> ``observation.image``, ``agent_pos``
+-> ``observation.state``, ``environment_state`` -> ``observation.environment_state``, any other key
+-> ``observation.<key>``); a benchmark whose ``pixels`` is a dict of cameras (LeRobot's
+``observation.images.<camera>``) is not among those with a ``lerobot_env`` yet.
 """
 
 from __future__ import annotations
@@ -47,10 +48,7 @@ def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
         )
     wanted = _input_features(spec)
     given = [_RENAMED.get(key, f"observation.{key}") for key in benchmark.env.policy_obs_keys]
-    cameras = "pixels" in benchmark.env.policy_obs_keys  # a dict of cameras: observation.images.<camera>
-    lacking = [
-        name for name in wanted if name not in given and not (cameras and name.startswith("observation.images."))
-    ]
+    lacking = [name for name in wanted if name not in given]
     if lacking:
         raise SpecError(
             f"--policy {spec.text!r} reads {', '.join(lacking)}, which {benchmark.title} does not give "

@@ -150,6 +150,23 @@ def test_episode_alone_on_a_fresh_worker_replays_and_matches(
     assert read_json(run_dir / "summary.json")["replayed_resets"] == 4  # 2 per task
 
 
+def test_a_lockstep_block_starts_each_episode_from_its_own_initial_state(
+    tmp_path: Path, short_benchmark: Path, reference: list[dict]
+) -> None:
+    """Episodes 0-2 stepped together on one worker, in reverse order, are the reference's: a row's
+    initial state is its seed's, never where another row of the block left the simulator (LeRobot's
+    vector envs autoreset, so with batch_size > 1 its initial states shift with who ended when)."""
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.hookimpl(wrapper=True)\ndef pytest_collection_modifyitems(items):\n"
+        "    yield\n    items.reverse()\n"
+    )
+    proc, run_dir = run_session(tmp_path, short_benchmark, "--episodes=3", "--vla-lockstep=3")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert [digests(tmp_path)[(TASKS[0], k)] for k in range(3)] == reference
+    records = episode_records(run_dir)
+    assert {records[(TASKS[0], k)]["lockstep"] for k in range(3)} == {3}
+
+
 def test_an_action_of_the_wrong_shape_is_an_episode_error_naming_it() -> None:
     benchmark, _ = resolve_benchmark("libero:spatial")
     runner = EpisodeRunner(

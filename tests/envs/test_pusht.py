@@ -83,17 +83,20 @@ def test_pusher_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
     bit for bit, its success, return and max reward."""
     from pusht_reference import reference_episodes
 
-    serial_dir, parallel_dir = tmp_path / "serial", tmp_path / "parallel"
+    serial_dir, parallel_dir, lockstep_dir = tmp_path / "serial", tmp_path / "parallel", tmp_path / "lockstep"
     serial_dir.mkdir()
     (serial_dir / "conftest.py").write_text(REVERSED)
     serial = pusher_session(serial_dir, "--episodes=5")
     parallel = pusher_session(parallel_dir, "--episodes=5", "-n", "2")
+    # Five episodes stepped together, ending at different steps: a row that ends never moves another's
+    # start (lerobot-eval's vector envs autoreset, so there the next start depends on who ended when).
+    lockstep = pusher_session(lockstep_dir, "--episodes=5", "--vla-lockstep=5")
     runs = {}
-    with ended_on_exit(serial, parallel):
+    with ended_on_exit(serial, parallel, lockstep):
         instruction = load_benchmark(ROOT / "benchmarks" / "pusht.yaml").task("PushT-v0").instruction
         reference = {episode["seed"]: episode for episode in reference_episodes(PARITY_SEEDS, instruction)}
         assert all(episode["success"] for episode in reference.values())  # the pusher solves these five
-        for directory, proc in ((serial_dir, serial), (parallel_dir, parallel)):
+        for directory, proc in ((serial_dir, serial), (parallel_dir, parallel), (lockstep_dir, lockstep)):
             returncode, output, run_dir = finished(proc, directory)
             assert returncode == 0, output[-3000:]
             runs[directory.name] = records = episode_records(run_dir)
@@ -110,6 +113,8 @@ def test_pusher_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
     (log,) = (serial_dir / "results").glob("*/episodes/*.jsonl")
     assert [json.loads(line)["seed"] for line in log.read_text().splitlines()] == PARITY_SEEDS[::-1]
     assert {record["worker"] for record in runs["parallel"].values()} <= {"gw0", "gw1"}
+    assert {record["lockstep"] for record in runs["lockstep"].values()} != {None}
+    assert len({record["length"] for record in runs["lockstep"].values()}) > 1, "the rows ended at different steps"
 
 
 def test_the_scripted_pusher_solves_a_seed_the_zero_policy_does_not(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ import hmac
 import http
 import json
 import logging
+import platform
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -97,7 +99,13 @@ class PolicyServer:
             ping_timeout=None,
         )
         self._background = [asyncio.create_task(self.batcher.run()), asyncio.create_task(self._reap_idle())]
-        log.info("listening on %s (protocol %s)", self.url, self.config.protocol)
+        log.info(
+            "listening on %s (protocol %s, Python %s at %s)",
+            self.url,
+            self.config.protocol,
+            platform.python_version(),
+            sys.executable,
+        )
 
     async def load(self) -> None:
         """Build the policy on the policy thread; raises ``PolicyError`` or ``SpecError``."""
