@@ -160,6 +160,7 @@ def _prepare_controller(
         )
         render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
         _preflight(run, python)
+        server_python = _server_python(config, run.policy) if _serves(config, run.policy) else None  # type: ignore[arg-type]
         store.check_writable(t.env_id for t in run.selection.tasks)  # the first thing that touches the disk
         num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
         store.claim(
@@ -173,17 +174,8 @@ def _prepare_controller(
     if _serves(config, run.policy):
         from pytest_vlaeval.serving.server.launcher import serve_session
 
-        try:
-            python = _server_python(config, run.policy)  # type: ignore[arg-type]  # a served spec is local
-        except SpecError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        served = serve_session(
-            config,
-            run.policy,
-            run.dir.server_log,
-            run.selection.benchmark.env.action_dim,
-            python,  # type: ignore[arg-type]
-        )
+        action_dim = run.selection.benchmark.env.action_dim
+        served = serve_session(config, run.policy, run.dir.server_log, action_dim, server_python)  # type: ignore[arg-type]
     return gate, served
 
 

@@ -17,7 +17,9 @@ Whatever is not so is one line naming the file and the field, before any episode
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -34,7 +36,7 @@ OURS = "vlaeval"
 readers take ``task_group``, ``task_id`` and ``metrics`` of an entry by name, and never iterate it."""
 SEED_SUFFIX = re.compile(r"^(?P<path>.+):seed=(?P<seed>\d{1,18})$")
 """``DIR:seed=N``: where the file was written by lerobot-eval run with ``--seed=N``."""
-MAX_BYTES = 256 * 2**20
+MAX_BYTES = 64 * 2**20
 """The largest file read: lerobot-eval's for 50 tasks of 500 episodes is a few MB."""
 
 Seed = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -120,10 +122,7 @@ def read_eval_info(location: EvalInfoLocation, benchmark: Benchmark, option: str
     if location.in_directory and file.is_symlink():
         raise SpecError(f"{where}: {file} is a symbolic link; name the file it leads to")
     try:
-        size = file.stat().st_size
-        if size > MAX_BYTES:
-            raise SpecError(f"{where}: {file} is {size / 2**20:.0f} MiB, larger than an eval_info.json")
-        data = strict_json.loads(file.read_bytes().decode("utf-8-sig"))
+        data = strict_json.loads(_bounded_read(file, location.in_directory, where).decode("utf-8-sig"))
     except FileNotFoundError:
         raise SpecError(f"{where}: no {file}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -136,7 +135,7 @@ def read_eval_info(location: EvalInfoLocation, benchmark: Benchmark, option: str
         raise SpecError(f"{where}: {file} is not LeRobot's eval_info.json: {exc}") from None
     names = benchmark.eval_info
     found = [(entry, names.env_id(entry.task_group, entry.task_id)) for entry in entries]
-    foreign = [f"{e.task_group} {e.task_id}" for e, env_id in found if env_id is None]
+    foreign = [f"{e.task_group[:200]!r} {e.task_id}" for e, env_id in found if env_id is None]
     if foreign:
         whose = "another benchmark's" if len(foreign) == len(found) else "not all of it this benchmark's"
         raise SpecError(
@@ -149,6 +148,20 @@ def read_eval_info(location: EvalInfoLocation, benchmark: Benchmark, option: str
     if twice:
         raise SpecError(f"{where}: {file} lists the task {twice[0]} twice")
     return tasks
+
+
+def _bounded_read(file: Path, in_directory: bool, where: str) -> bytes:
+    """A regular file's bytes, at most ``MAX_BYTES``: a pipe or a device named ``eval_info.json``
+    would otherwise be waited on, or read, forever; inside a run directory, never through a link."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if in_directory else 0)
+    descriptor = os.open(file, flags)  # a pipe's open would wait for a writer
+    with open(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise SpecError(f"{where}: {file} is not a regular file")
+        data = handle.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise SpecError(f"{where}: {file} is larger than {MAX_BYTES // 2**20} MiB, more than an eval_info.json holds")
+    return data
 
 
 def _task(entry: _Entry, env_id: str, location: EvalInfoLocation, benchmark: Benchmark, where: str) -> EvalInfoTask:
@@ -164,7 +177,8 @@ def _task(entry: _Entry, env_id: str, location: EvalInfoLocation, benchmark: Ben
     if ours is not None:
         if ours.benchmark != benchmark.name or ours.env_id != env_id:
             raise SpecError(
-                f"{where}: {name} says it is {ours.benchmark}'s {ours.env_id}, where {benchmark.name} names it {env_id}"
+                f"{where}: {name} says it is task {ours.env_id[:200]!r} of benchmark {ours.benchmark[:64]!r}, where "
+                f"{benchmark.name} names it {env_id}"
             )
         if len(ours.seeds) != n or len(set(ours.seeds)) != n:
             raise SpecError(f"{where}: {name} lists {len(set(ours.seeds))} distinct seeds for {n} episodes")

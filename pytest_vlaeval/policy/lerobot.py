@@ -18,8 +18,10 @@ the task and seed, so an episode's actions never depend on which episodes ran be
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import zlib
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,6 +42,9 @@ class _Loaded:
     env_preprocessor: Any
     env_postprocessor: Any
     device: str
+    amp: bool
+    """``use_amp``: lerobot-eval runs the policy under ``torch.autocast`` on its device."""
+    digest: str
 
 
 @cache
@@ -51,6 +56,8 @@ def _load(path: str, env_type: str) -> _Loaded:
     from lerobot.envs.factory import make_env_pre_post_processors
     from lerobot.policies.factory import make_policy, make_pre_post_processors
 
+    torch.backends.cudnn.benchmark = True  # as lerobot-eval's eval_main sets them (CUDA only)
+    torch.backends.cuda.matmul.allow_tf32 = True
     env_cfg = EnvConfig.get_choice_class(env_type)()
     policy_cfg = PreTrainedConfig.from_pretrained(path)
     policy_cfg.pretrained_path = Path(path)
@@ -67,7 +74,22 @@ def _load(path: str, env_type: str) -> _Loaded:
         },
     )
     env_preprocessor, env_postprocessor = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=policy_cfg)
-    return _Loaded(policy, preprocessor, postprocessor, env_preprocessor, env_postprocessor, device)
+    amp = bool(getattr(policy_cfg, "use_amp", False))
+    return _Loaded(
+        policy, preprocessor, postprocessor, env_preprocessor, env_postprocessor, device, amp, _weights_digest(path)
+    )
+
+
+def _weights_digest(path: str) -> str:
+    """What the checkpoint's files hold (config and weights), so a run never mixes two trainings
+    saved at one path: the record's policy config carries it, and the run's policy file refuses
+    episodes of another."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        with open(Path(path) / name, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def _episode_copy(policy: Any) -> Any:
@@ -87,7 +109,13 @@ class LeRobotPolicy:
         self._policy = _episode_copy(loaded.policy)
         self._rng_state: Any = None
         self.name = f"lerobot:{Path(path).name}"
-        self.config = {"type": loaded.policy.config.type, "path": path, "env_type": env_type, "device": loaded.device}
+        self.config = {
+            "type": loaded.policy.config.type,
+            "path": path,
+            "sha256": loaded.digest,
+            "env_type": env_type,
+            "device": loaded.device,
+        }
 
     def reset(self, episode: EpisodeInfo) -> None:
         import torch
@@ -103,17 +131,20 @@ class LeRobotPolicy:
         from lerobot.utils.constants import ACTION
 
         loaded = self._loaded
-        arrays = {key: _batched(value) for key, value in obs.items() if key != "instruction"}
-        observation = preprocess_observation(arrays)
-        observation["task"] = [obs.get("instruction", "")]
-        observation = loaded.env_preprocessor(observation)
-        observation = loaded.preprocessor(observation)
-        with torch.random.fork_rng(devices=self._devices()), torch.no_grad():
-            _set_rng_states(self._rng_state)
-            action = self._policy.select_action(observation)
-            self._rng_state = _rng_states(self._devices())
-        action = loaded.postprocessor(action)
-        action = loaded.env_postprocessor({ACTION: action})[ACTION]
+        # lerobot-eval runs the whole rollout under no_grad, and under autocast with use_amp.
+        autocast = torch.autocast(device_type=loaded.device.partition(":")[0]) if loaded.amp else nullcontext()
+        with torch.no_grad(), autocast:
+            arrays = {key: _batched(value) for key, value in obs.items() if key != "instruction"}
+            observation = preprocess_observation(arrays)
+            observation["task"] = [obs.get("instruction", "")]
+            observation = loaded.env_preprocessor(observation)
+            observation = loaded.preprocessor(observation)
+            with torch.random.fork_rng(devices=self._devices()):
+                _set_rng_states(self._rng_state)
+                action = self._policy.select_action(observation)
+                self._rng_state = _rng_states(self._devices())
+            action = loaded.postprocessor(action)
+            action = loaded.env_postprocessor({ACTION: action})[ACTION]
         return action.to("cpu").numpy()
 
     def _devices(self) -> list[int]:

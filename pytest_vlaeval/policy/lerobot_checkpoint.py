@@ -4,18 +4,18 @@ LeRobot pretrained-model directory holds, and whether the benchmark gives what i
 The directory is someone else's: its ``config.json`` is read as untrusted JSON, and only the
 fields named here are looked at. What a benchmark's observation keys become for a LeRobot policy
 is LeRobot's ``preprocess_observation`` naming (``pixels`` -> ``observation.image``, ``agent_pos``
--> ``observation.state``, ``environment_state`` -> ``observation.environment_state``, any other key
--> ``observation.<key>``); a benchmark whose ``pixels`` is a dict of cameras (LeRobot's
-``observation.images.<camera>``) is not among those with a ``lerobot_env`` yet.
+-> ``observation.state``, ``environment_state`` -> ``observation.environment_state``); a key it
+does not know is counted as not given, and a benchmark whose ``pixels`` is a dict of cameras
+(LeRobot's ``observation.images.<camera>``) is not among those with a ``lerobot_env`` yet.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.policy.loading import LeRobotCheckpoint
+from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.spec import Benchmark
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
@@ -46,28 +46,49 @@ def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
             f"--policy {spec.text!r} is not a complete LeRobot pretrained-model directory: it lacks "
             f"{', '.join(missing)} (the policy's and its pre/post-processors' save_pretrained write them)"
         )
-    wanted = _input_features(spec)
-    given = [_RENAMED.get(key, f"observation.{key}") for key in benchmark.env.policy_obs_keys]
+    config = _config(spec)
+    wanted = _input_features(spec, config)
+    given = [_RENAMED[key] for key in benchmark.env.policy_obs_keys if key in _RENAMED]
     lacking = [name for name in wanted if name not in given]
     if lacking:
         raise SpecError(
             f"--policy {spec.text!r} reads {', '.join(lacking)}, which {benchmark.title} does not give "
             f"(it gives {', '.join(given)})"
         )
+    action = _feature_shape(config.get("output_features"), "action")
+    if action is not None and action != [benchmark.env.action_dim]:
+        raise SpecError(
+            f"--policy {spec.text!r} returns actions of shape {tuple(action)}, where {benchmark.title} takes "
+            f"({benchmark.env.action_dim},)"
+        )
 
 
-def _input_features(spec: LeRobotCheckpoint) -> list[str]:
-    """The names of ``config.json``'s ``input_features``, validated as untrusted input."""
+def _config(spec: LeRobotCheckpoint) -> dict[str, Any]:
+    """``config.json``, read as untrusted JSON: bounded in size and depth, a policy ``type`` in it."""
     path = spec.path / "config.json"
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_CONFIG_BYTES + 1)
-        config: Any = json.loads(raw) if len(raw) <= MAX_CONFIG_BYTES else None
+        config: Any = strict_json.loads(raw.decode("utf-8")) if len(raw) <= MAX_CONFIG_BYTES else None
     except (OSError, ValueError) as exc:
         raise SpecError(f"--policy {spec.text!r}: cannot read {path.name}: {exc}") from None
     if not isinstance(config, dict) or not isinstance(config.get("type"), str):
         raise SpecError(f"--policy {spec.text!r}: {path.name} is not a LeRobot policy config (no policy 'type')")
+    return config
+
+
+def _input_features(spec: LeRobotCheckpoint, config: dict[str, Any]) -> list[str]:
+    """The names of ``config.json``'s ``input_features``."""
     features = config.get("input_features")
-    if not isinstance(features, dict) or not all(isinstance(name, str) for name in features):
-        raise SpecError(f"--policy {spec.text!r}: {path.name} has no 'input_features' mapping")
+    if not isinstance(features, dict):
+        raise SpecError(f"--policy {spec.text!r}: config.json has no 'input_features' mapping")
     return list(features)
+
+
+def _feature_shape(features: Any, name: str) -> list[int] | None:
+    """A feature's declared shape, where the config states one plainly; else None (not checked)."""
+    feature = features.get(name) if isinstance(features, dict) else None
+    shape = feature.get("shape") if isinstance(feature, dict) else None
+    if isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
+        return shape
+    return None

@@ -100,7 +100,7 @@ def parse_local_policy(text: str, lerobot_env: str | None = None) -> LocalSpec:
         path = text.removeprefix(LEROBOT_PREFIX)
         if not path:
             raise SpecError(f"--policy {text!r}: expected lerobot:PATH, PATH a LeRobot pretrained-model directory")
-        return LeRobotCheckpoint(Path(path).expanduser().absolute(), lerobot_env)
+        return LeRobotCheckpoint(Path(path).expanduser().resolve(), lerobot_env)  # checkpoints/last is a link
     if "://" in text:
         raise SpecError(
             f"--policy {text!r} is a policy server's address; a server serves a local policy: "

@@ -31,7 +31,7 @@ from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, times
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.runfiles import convert, read_json
 from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
-from pytest_vlaeval.spec import Selection, load_benchmark
+from pytest_vlaeval.spec import MAX_EPISODES, Selection, load_benchmark
 
 PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
 """What runs must share to be compared: the same episodes of the same benchmark."""
@@ -175,6 +175,10 @@ def load_lerobot_run(location: EvalInfoLocation, reference: Path, split: str) ->
     seeds = sorted({seed for task in tasks for seed in task.seeds})
     if not seeds:
         raise ComparisonError(f"{location.given}: {location.file} holds no episode")
+    if (seeds[-1] - seeds[0] + 1) * len(tasks) > MAX_EPISODES:  # the selection spans every seed between
+        raise ComparisonError(
+            f"{location.given}: its seeds run from {seeds[0]} to {seeds[-1]}, more episodes than a run may hold"
+        )
     latest = LatestRecords(RunDir(location.file.parent))
     for task in tasks:
         for seed, success, sum_reward in zip(task.seeds, task.successes, task.sum_rewards, strict=True):

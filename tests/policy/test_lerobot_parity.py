@@ -92,11 +92,13 @@ def test_lerobot_checkpoint_episodes_equal_lerobot_evals(
     assert ours["per_task"][0]["metrics"]["max_rewards"] == theirs["per_task"][0]["metrics"]["max_rewards"]
     assert ours["overall"]["pc_success"] == theirs["overall"]["pc_success"]
 
+    theirs_dir = baseline.split("=", 1)[1]
     compared = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval", "compare", str(runs["parallel"]), baseline.split("=", 1)[1]],
+        [sys.executable, "-m", "pytest_vlaeval", "compare", str(runs["parallel"]), theirs_dir, "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert "lerobot-eval" in compared.stdout, compared.stdout
+    assert (tmp_path / "compare.md").is_file()

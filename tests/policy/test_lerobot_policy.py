@@ -39,7 +39,7 @@ def checkpoint(directory: Path, input_features: dict | None = None, leave_out: t
 
 def test_a_lerobot_spec_parses_to_its_checkpoint_and_the_benchmarks_env() -> None:
     spec = parse_policy("lerobot:~/ckpt")
-    assert isinstance(spec, LeRobotCheckpoint) and spec.path == Path("~/ckpt").expanduser().absolute()
+    assert isinstance(spec, LeRobotCheckpoint) and spec.path == Path("~/ckpt").expanduser().resolve()
     assert spec.text == f"lerobot:{spec.path}"
 
 
@@ -72,6 +72,22 @@ def test_a_checkpoint_whose_config_is_not_a_policy_config_is_refused(pytester: p
     (path / "config.json").write_text(json.dumps(["not", "a", "config"]))
     result = pytester.runpytest("--benchmark=pusht", f"--policy=lerobot:{path}", "-p", "no:cacheprovider")
     assert_one_line_usage_error(result, "config.json is not a LeRobot policy config (no policy 'type')")
+
+
+def test_a_deeply_nested_config_is_refused_in_one_line(pytester: pytest.Pytester) -> None:
+    path = checkpoint(pytester.path / "c")
+    (path / "config.json").write_text("[" * 100_000)  # under the size cap, past any parser's recursion
+    result = pytester.runpytest("--benchmark=pusht", f"--policy=lerobot:{path}", "-p", "no:cacheprovider")
+    assert_one_line_usage_error(result, "cannot read config.json")
+
+
+def test_a_checkpoint_for_another_action_size_is_refused(pytester: pytest.Pytester) -> None:
+    path = checkpoint(pytester.path / "c")
+    config = json.loads((path / "config.json").read_text())
+    config["output_features"] = {"action": {"type": "ACTION", "shape": [4]}}  # a Meta-World checkpoint
+    (path / "config.json").write_text(json.dumps(config))
+    result = pytester.runpytest("--benchmark=pusht", f"--policy=lerobot:{path}", "-p", "no:cacheprovider")
+    assert_one_line_usage_error(result, "returns actions of shape (4,), where Push-T takes (2,)")
 
 
 def test_a_benchmark_lerobot_has_no_env_for_is_refused(fake: pytest.Pytester) -> None:

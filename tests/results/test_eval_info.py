@@ -5,12 +5,14 @@ lerobot-eval's keys and our seeds; a lerobot-eval output directory is a gate's b
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from helpers import TESTS, assert_one_line_usage_error, read_json, run_dir
+from helpers import TESTS, assert_one_line_usage_error, read_json, record, run_dir
 
 import pytest_vlaeval
 from pytest_vlaeval.errors import SpecError
@@ -196,7 +198,7 @@ GOOD_METRICS = {"sum_rewards": [0.0], "max_rewards": [0.0], "successes": [True]}
         (
             {"per_task": [{"task_group": "pusht", "task_id": 0, "metrics": GOOD_METRICS}]},
             ":seed=100",
-            "is another benchmark's: its task_group/task_id pusht 0 name no task of fake",
+            "is another benchmark's: its task_group/task_id 'pusht' 0 name no task of fake",
         ),
         (
             {"per_task": [{**ONE_TASK, "metrics": GOOD_METRICS}, {**ONE_TASK, "metrics": GOOD_METRICS}]},
@@ -215,7 +217,7 @@ GOOD_METRICS = {"sum_rewards": [0.0], "max_rewards": [0.0], "successes": [True]}
                 ]
             },
             "",
-            "says it is pusht's PushT-v0, where fake names it Alpha-v0",
+            "says it is task 'PushT-v0' of benchmark 'pusht', where fake names it Alpha-v0",
         ),
     ],
 )
@@ -235,6 +237,21 @@ def test_a_link_in_a_lerobot_eval_directory_is_not_followed(tmp_path: Path) -> N
     (tmp_path / "run" / "eval_info.json").symlink_to(outside)
     with pytest.raises(SpecError, match="is a symbolic link; name the file it leads to"):
         load_baseline(tmp_path / "run", ["Alpha-v0"], [100], benchmark=load_benchmark(TESTS / "fake.yaml"))
+
+
+def test_a_pipe_named_eval_info_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "eval_info.json")  # nobody writes it: opening it plainly would wait forever
+    with pytest.raises(SpecError, match=r"eval_info\.json is not a regular file"):
+        load_baseline(Path(f"{tmp_path}:seed=100"), ["Alpha-v0"], [100], benchmark=load_benchmark(TESTS / "fake.yaml"))
+
+
+def test_pc_success_is_lerobots_float() -> None:
+    """LeRobot writes the mean of the successes times 100: 1 of 3 is 33.33333333333333, where
+    100 * 1 / 3 would be 33.333333333333336."""
+    from pytest_vlaeval.results.eval_info import _means
+
+    records = [record("Alpha-v0", seed, "success" if seed == 0 else "failure") for seed in range(3)]
+    assert _means(records, None)["pc_success"] == float(np.mean([1.0, 0.0, 0.0]) * 100) == 33.33333333333333
 
 
 def test_a_session_refuses_a_seedless_baseline_before_any_episode(fake: pytest.Pytester) -> None:
