@@ -10,7 +10,6 @@ import dataclasses
 import importlib.util
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +27,7 @@ from pytest_vlaeval.install.interpreters import (
     missing_plugins,
     package_mismatch,
     package_step,
+    probe,
     session_python,
 )
 from pytest_vlaeval.install.stacks import PipStep
@@ -36,6 +36,7 @@ from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 from pytest_vlaeval.spec import Benchmark, Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.distribute.backends import OwnInterpreter
     from pytest_vlaeval.distribute.blocks import SequentialBlocks
     from pytest_vlaeval.gate.fixed import FixedGate
     from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
@@ -46,14 +47,6 @@ if TYPE_CHECKING:
 RUN_CONTEXT = pytest.StashKey[RunContext]()
 """The session's ``RunContext`` on ``config.stash``, for tools that drive a session (``vlaeval slurm``
 reads the run directory a command line names from a collect-only session)."""
-
-THIRD_PARTY_WARNINGS = (
-    "ignore:The pynvml package is deprecated:FutureWarning",
-    "ignore:.*to get variables from other wrappers is deprecated:UserWarning",
-    "ignore:diffuse_texture is renamed to base_color_texture:DeprecationWarning",
-    "ignore:pkg_resources is deprecated as an API:UserWarning",  # pygame (Push-T), at its first render
-)
-"""Warnings the simulator stack emits on every env, which say nothing about the policy."""
 
 
 def start(config: pytest.Config) -> None:
@@ -69,7 +62,9 @@ def start(config: pytest.Config) -> None:
             run = dataclasses.replace(run, episodes=frozenset((task, seed) for task, seed in worker_plan))
         else:
             store = RunStore(run.run_dir, run.store_label)
-            latest = LatestRecords.read(store.dir)  # read once: it plans this session and feeds the controller
+            # Read once: it plans this session and feeds the controller. Only the run's episodes are
+            # kept: a log received into the run may hold any number of others.
+            latest = LatestRecords.read(store.dir, run.selection.episode_ids)
             run = _plan(run, latest)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -81,7 +76,7 @@ def start(config: pytest.Config) -> None:
     share_cpu_threads()
     config.add_cleanup(termination.interrupt_on_termination())
     _register_markers(config, run.selection)
-    for noise in THIRD_PARTY_WARNINGS:
+    for noise in run.selection.benchmark.env.filterwarnings:  # the simulator stack's, from its file
         config.addinivalue_line("filterwarnings", noise)
     controller = not on_worker and not config.option.collectonly
     gate, served = _prepare_controller(config, run, store) if controller else (None, None)
@@ -140,7 +135,6 @@ def _prepare_controller(
     """Check, claim the store and start ``--vla-serve``'s server; returns the gate and the server's address."""
     from pytest_vlaeval.distribute import scheduler
     from pytest_vlaeval.distribute.backends import place_workers
-    from pytest_vlaeval.envs import render
     from pytest_vlaeval.episodes.runner import vectorized
     from pytest_vlaeval.results.store import fingerprint
 
@@ -149,8 +143,8 @@ def _prepare_controller(
         if config.getoption("vla_gate_plan"):
             _print_plan(gate, run)
         sequential = gate if run.sequential else None
-        python, installed = _worker_python(config, run)
-        place_workers(config, python)  # before xdist's own pytest_configure reads -n/--tx
+        worker, installed = _worker_python(config, run)
+        place_workers(config, worker)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(
             config,
             run.selection,
@@ -158,8 +152,7 @@ def _prepare_controller(
             run.lockstep,
             whole_tasks=run.reference_order,
         )
-        render.set_cache_env(os.path.join(tempfile.gettempdir(), "pytest-vlaeval-cache"))
-        _preflight(run, python)
+        _preflight(run, worker.python if worker else None)
         server_python = _server_python(config, run.policy) if _serves(config, run.policy) else None  # type: ignore[arg-type]
         store.check_writable(t.env_id for t in run.selection.tasks)  # the first thing that touches the disk
         num_envs = run.lockstep if vectorized(run.selection.benchmark, run.render) else 1
@@ -381,7 +374,9 @@ def _policy(config: pytest.Config, benchmark: Benchmark) -> PolicySpec:
     if served and config.getoption("policy"):
         raise SpecError("--vla-serve serves the policy it names; it does not combine with --policy")
     text = served or config.getoption("policy") or config.getini("vla_policy")
-    policy = parse_local_policy(text, benchmark.env.lerobot_env) if served or "://" not in text else parse_policy(text)
+    option = "--vla-serve" if served else "--policy"
+    local = served or "://" not in text
+    policy = parse_local_policy(text, benchmark.lerobot.env_type, option) if local else parse_policy(text)
     if isinstance(policy, LocalPolicy):
         _check_importable(policy)
     if isinstance(policy, LeRobotCheckpoint):
@@ -433,12 +428,12 @@ def _check_importable(policy: LocalPolicy) -> None:
         found = None
     if found is None:
         raise SpecError(
-            f"--policy {policy.text!r}: module {policy.module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
+            f"{policy.option} {policy.text!r}: module {policy.module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
         )
     names = _top_level_names(found.origin)
     if names is not None and policy.attr not in names:
         raise SpecError(
-            f"--policy {policy.text!r}: module {policy.module!r} ({found.origin}) defines no {policy.attr!r}"
+            f"{policy.option} {policy.text!r}: module {policy.module!r} ({found.origin}) defines no {policy.attr!r}"
         )
 
 
@@ -480,17 +475,19 @@ def _register_markers(config: pytest.Config, selection: Selection) -> None:
         config.addinivalue_line("markers", f"{name}: {benchmark.title} episodes of {' and of '.join(what)}")
 
 
-def _worker_python(config: pytest.Config, run: RunContext) -> tuple[Path | None, InstalledIn | None]:
+def _worker_python(config: pytest.Config, run: RunContext) -> tuple[OwnInterpreter | None, InstalledIn | None]:
     """The interpreter of its own the benchmark's workers run in and its distributions, read once
     (the plugin check and the fingerprint use them); (None, None): this one. Checked now: it
     exists, it holds this package's very files (an older copy would run the episodes), it has the
-    session's plugins, and an in-process policy imports in it (else one line naming ``--vla-serve``)."""
+    session's plugins, and an in-process policy imports in it (else one line naming ``--vla-serve``).
+    Started once for its package and its ``sys.path`` (the workers' path), once more for the policy's import."""
     benchmark = run.selection.benchmark
     name = benchmark.env.interpreter
     if name is None or config.option.collectonly:
         return None, None
     python = session_python(name, benchmark.title)
-    held = package_mismatch(python)
+    probed = probe(python)
+    held = probed.mismatch
     if held:
         raise SpecError(
             f"{benchmark.title}'s interpreter ({python}) holds {held}, so its workers would run other code than "
@@ -514,7 +511,9 @@ def _worker_python(config: pytest.Config, run: RunContext) -> tuple[Path | None,
                 f"--policy {run.policy.text!r} does not import in {benchmark.title}'s interpreter ({python}): "
                 f"{problem}; run it in this environment and serve it to the workers with --vla-serve={run.policy.text}"
             )
-    return python, installed
+    from pytest_vlaeval.distribute.backends import OwnInterpreter
+
+    return OwnInterpreter(python, probed.path), installed
 
 
 def _preflight(run: RunContext, python: Path | None) -> None:

@@ -20,13 +20,13 @@ from typing import Any
 from pytest_vlaeval.choices import in_range
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
+from pytest_vlaeval.gate.eval_info import eval_info
 from pytest_vlaeval.gate.fixed import FixedGate
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
 from pytest_vlaeval.printable import command_line, terminal_safe
 from pytest_vlaeval.report.run_files import write_run_files
 from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.results.canonical import summary
-from pytest_vlaeval.results.eval_info import eval_info
 from pytest_vlaeval.results.latest import LatestRecords, whole_lines
 from pytest_vlaeval.results.record import record_time
 from pytest_vlaeval.results.rundir import RunDir, shard_of, writing

@@ -297,7 +297,8 @@ def incomplete_episodes(run_dir: Path) -> list[tuple[str, int]]:
     from pytest_vlaeval.results.subset import still_to_run
 
     selection = selection_of(run_dir)
-    return still_to_run(selection.episode_ids, LatestRecords.read(RunDir(run_dir)), "incomplete")
+    universe = selection.episode_ids
+    return still_to_run(universe, LatestRecords.read(RunDir(run_dir), universe), "incomplete")
 
 
 def check_identity(recorded: Submission, run_dir: Path, kept: Path) -> None:

@@ -97,7 +97,7 @@ class EnvSettings:
     preflight: str | None = None
     """A module run as ``python -m MODULE RENDER`` before a session; non-zero exit stops it."""
     packages: tuple[str, ...] = ()
-    """Distributions whose versions are part of a run's fingerprint (the simulator stack)."""
+    """Distributions whose versions are part of a run's fingerprint (``install.record``)."""
     reset_options: dict[str, Any] = field(default_factory=dict)
     """Passed to every ``env.reset`` (MIKASA: rebuild the scene, so no episode depends on the last)."""
     reference_reset_options: dict[str, Any] = field(default_factory=dict)
@@ -109,10 +109,9 @@ class EnvSettings:
     separate envs."""
     interpreter: str | None = None
     """The name of the interpreter of its own the benchmark's workers run in (``install.interpreters``:
-    its stack clashes with the caller's, as Meta-World's); None: the caller's."""
-    lerobot_env: str | None = None
-    """LeRobot's ``--env.type`` for this benchmark, whose env processors a ``lerobot:`` policy's
-    observations pass through as in ``lerobot-eval``; None: LeRobot has no such env."""
+    its stack clashes with the caller's, as Meta-World's); None: the caller's. From ``install``."""
+    filterwarnings: tuple[str, ...] = ()
+    """pytest ``filterwarnings`` lines for the simulator stack's noise on every env."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -171,10 +170,14 @@ class Reporting:
 
 
 @dataclass(frozen=True)
-class EvalInfoNames:
-    """LeRobot's name of each task in its ``eval_info.json``, ``(task_group, task_id)``
-    (``spec_file.EvalInfoFile``): what our copy of that file writes, and how a lerobot-eval one is read."""
+class LeRobot:
+    """The benchmark as LeRobot knows it (``spec_file.LeRobotFile``): its env type, and its name of
+    each task in ``eval_info.json``, ``(task_group, task_id)``: what our copy of that file writes,
+    and how a lerobot-eval one is read."""
 
+    env_type: str | None = None
+    """LeRobot's ``--env.type``, whose env processors a ``lerobot:PATH`` policy's observations pass
+    through as in ``lerobot-eval``; None: LeRobot has no such env here."""
     names: dict[str, tuple[str, int]] = field(default_factory=dict)
     """env id -> (task_group, task_id)."""
     single_task_prefixes: tuple[str, ...] = ()
@@ -211,7 +214,14 @@ class Benchmark:
     reporting: Reporting = Reporting()
     unavailable_splits: dict[str, str] = field(default_factory=dict)
     """Splits the benchmark defines that this install cannot run, with the reason (one line)."""
-    eval_info: EvalInfoNames = EvalInfoNames()
+    lerobot: LeRobot = LeRobot()
+    install: spec_file.InstallFile = field(default_factory=spec_file.InstallFile)
+    """The simulator stack: its pins for ``vlaeval install``, the interpreter, what a run records."""
+
+    @property
+    def stack(self) -> str:
+        """The name of the stack the benchmark runs on (and of its interpreter, if it has one)."""
+        return self.install.stack or self.name
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -340,14 +350,14 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
             action_dim=env.action_dim,
             policy_obs_keys=tuple(env.policy_obs_keys),
             preflight=env.preflight,
-            packages=tuple(env.packages),
+            packages=tuple(document.install.record),
             reset_options=dict(env.reset_options),
             reference_reset_options=dict(
                 env.reset_options if env.reference_reset_options is None else env.reference_reset_options
             ),
             vector_backends=tuple(env.vector_backends),
-            interpreter=env.interpreter,
-            lerobot_env=env.lerobot_env,
+            interpreter=(document.install.stack or document.name) if document.install.own_interpreter else None,
+            filterwarnings=tuple(env.filterwarnings),
             options=options,
         ),
         axes=axes,
@@ -359,7 +369,8 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
         digest=content_digest(data),
         reporting=_reporting(document, axes, tasks, path),
         unavailable_splits=dict(document.unavailable_splits),
-        eval_info=_eval_info_names(document.eval_info, axes, tasks, path),
+        lerobot=_lerobot(document.lerobot, axes, tasks, path),
+        install=document.install,
     )
 
 
@@ -378,32 +389,31 @@ def _reporting(
     )
 
 
-def _eval_info_names(
-    declared: spec_file.EvalInfoFile, axes: tuple[Axis, ...], tasks: tuple[Task, ...], path: Path
-) -> EvalInfoNames:
-    """Each task's ``(task_group, task_id)`` in LeRobot's ``eval_info.json``: its group along the
-    declared axis, renamed where the file says, and its index among that group's tasks; refused in
-    one line where a name would be ambiguous (two groups renamed alike, a task named like a group)."""
+def _lerobot(declared: spec_file.LeRobotFile, axes: tuple[Axis, ...], tasks: tuple[Task, ...], path: Path) -> LeRobot:
+    """The env type, and each task's ``(task_group, task_id)`` in LeRobot's ``eval_info.json``: its
+    group along the declared axis, renamed where the file says, and its index among that group's
+    tasks; refused in one line where a name would be ambiguous (two groups renamed alike, a task
+    named like a group)."""
     if declared.task_group not in {a.field for a in axes}:
-        raise SpecError(f"benchmark file {path}: eval_info.task_group {declared.task_group!r} is not one of the axes")
+        raise SpecError(f"benchmark file {path}: lerobot.task_group {declared.task_group!r} is not one of the axes")
     raw = [t.split if declared.task_group == SPLIT_AXIS.field else dict(t.groups)[declared.task_group] for t in tasks]
     unknown = sorted(set(declared.group_names) - set(raw))
     if unknown:
         raise SpecError(
-            f"benchmark file {path}: eval_info.group_names renames {unknown}, not groups along {declared.task_group!r}"
+            f"benchmark file {path}: lerobot.group_names renames {unknown}, not groups along {declared.task_group!r}"
         )
     renamed = {group: declared.group_names.get(group, group) for group in dict.fromkeys(raw)}
     if len(set(renamed.values())) < len(renamed):
-        raise SpecError(f"benchmark file {path}: eval_info.group_names gives two groups one name: {renamed}")
+        raise SpecError(f"benchmark file {path}: lerobot.group_names gives two groups one name: {renamed}")
     alone = {p + t.env_id for p in declared.single_task_prefixes for t in tasks} & set(renamed.values())
     if alone:
-        raise SpecError(f"benchmark file {path}: eval_info names a task like a group: {sorted(alone)}")
+        raise SpecError(f"benchmark file {path}: lerobot names a task like a group: {sorted(alone)}")
     counts: Counter[str] = Counter()
     names = {}
     for task, group in zip(tasks, raw, strict=True):
         names[task.env_id] = (renamed[group], counts[group])
         counts[group] += 1
-    return EvalInfoNames(names, tuple(declared.single_task_prefixes))
+    return LeRobot(declared.env_type, names, tuple(declared.single_task_prefixes))
 
 
 def _grid(declared: spec_file.GridFile, by_field: dict[str, Axis], tasks: tuple[Task, ...], path: Path) -> Grid:
@@ -507,16 +517,17 @@ def _task(entry: spec_file.TaskFile, raw: dict[str, Any], axes: tuple[Axis, ...]
 
 
 def _check_selectors(axes: tuple[Axis, ...], tasks: tuple[Task, ...], unavailable: dict[str, str], path: Path) -> None:
-    """A selector (``FILE:NAME``, any case) names one thing: no split is called ``all``, and no split
-    this install cannot run is named like a group along another axis, which it would hide."""
+    """A selector (``FILE:NAME``, any case) names one thing: no split is called ``all``, and no split,
+    runnable or not, is named like a group along another axis, which it would hide."""
     if ALL_SPLITS in {t.split for t in tasks} | {name.lower() for name in unavailable}:
         raise SpecError(f"benchmark file {path}: a split may not be called {ALL_SPLITS!r}, the selector of every task")
+    splits = {task.split: "split" for task in tasks} | {name: "unavailable split" for name in unavailable}
     for axis in axes[1:]:
         groups = {task.group(axis).lower() for task in tasks}
-        for name in unavailable:
+        for name, kind in splits.items():
             if name.lower() in groups:
                 raise SpecError(
-                    f"benchmark file {path}: unavailable split {name!r} is named like a group along the axis "
+                    f"benchmark file {path}: {kind} {name!r} is named like a group along the axis "
                     f"{axis.field!r}, so {name!r} could not select that group; rename the split"
                 )
 

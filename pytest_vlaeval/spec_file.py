@@ -13,7 +13,8 @@ A benchmark file may come from anyone (a received run keeps the one it was made 
 - every key the file names in the canonical files (``keys_made``: axis fields and summary keys,
   their intervals, extras, the pooled and mean keys) is a key no other part of the file, and no
   fixed key of those files, already makes: each is made once, or the file is refused;
-- env ids are unique, step limits positive, seeds non-negative.
+- env ids are unique, step limits positive, seeds non-negative;
+- the ``install`` section's pins are PEP 508 requirements and its Python range is ordered.
 
 An env's own options (``obs_mode``, ``control_mode``...) are the benchmark's business, so ``env``
 stays open to keys of its own; a key that is one edit away from a known one (``fatcory``) is a typo,
@@ -28,6 +29,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.schema import Summary, TaskResult
@@ -65,12 +67,65 @@ class EnvFile(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
     action_dim: PositiveInt
     policy_obs_keys: Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
     preflight: Module | None = None
-    packages: list[Annotated[str, msgspec.Meta(pattern=NAME)]] = []
     reset_options: dict[str, Any] = {}
     reference_reset_options: dict[str, Any] | None = None
     vector_backends: list[str] = []
-    interpreter: Name | None = None
-    lerobot_env: Name | None = None
+    filterwarnings: list[Annotated[str, msgspec.Meta(min_length=1, max_length=300)]] = []
+    """pytest ``filterwarnings`` lines for what the simulator stack warns on every env (the policy's
+    own warnings still show)."""
+
+
+MOVED_ENV_KEYS = {
+    "packages": "install.record",
+    "interpreter": "install.own_interpreter: true (the interpreter is named install.stack, else the benchmark)",
+}
+"""Keys the ``install`` section now says; an old file naming them is refused, not read as env options."""
+
+PythonVersion = Annotated[str, msgspec.Meta(pattern=r"^3\.[0-9]{1,2}$")]
+
+
+class StepFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One ``pip install`` of the stack; it reruns when one of its requirements is unmet."""
+
+    why: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
+    requirements: list[Annotated[str, msgspec.Meta(min_length=1, max_length=200)]] = []
+    """PEP 508 requirements, installed and checked as written."""
+    requirements_file: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]+\.txt$")] | None = None
+    """A hash-checked requirements file shipped with the installer (installed with --require-hashes)."""
+    no_deps: bool = False
+    keep_installed: bool = False
+    """Any installed version satisfies it (torch: keep the build the machine chose)."""
+
+
+class InstallFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``install``: the benchmark's simulator stack, which ``vlaeval install NAME`` puts in place and
+    checks. A section without ``steps`` installs nothing: it names the stack the benchmark runs on
+    (``stack: libero``, a stack another file pins, or an environment a user made)."""
+
+    stack: Name | None = None
+    """The stack's name (and its interpreter's, if it has its own); the benchmark's name by default."""
+    python: tuple[PythonVersion, PythonVersion] | None = None
+    """The Python versions the stack's wheels exist for: [first, last], inclusive."""
+    steps: list[StepFile] = []
+    imports: list[Module] = []
+    """Modules the adapter imports; each must import after the install."""
+    system_packages: list[Name] = []
+    """Debian packages for ``--system-deps``."""
+    system_packages_unless_gpu: bool = False
+    """The system packages are a software renderer a machine with an NVIDIA GPU does not need."""
+    minimum_system_versions: dict[Name, PositiveInt] = {}
+    """Debian packages whose installed major version must be at least this."""
+    own_interpreter: bool = False
+    """The benchmark's workers run in an interpreter of its own (its pins clash with other stacks')."""
+    record: list[Name] = []
+    """Distributions whose versions every run's fingerprint records."""
+
+    @property
+    def python_range(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        if self.python is None:
+            return None
+        first, last = (tuple(int(part) for part in version.split(".")) for version in self.python)
+        return (first[0], first[1]), (last[0], last[1])
 
 
 class ProtocolFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -115,11 +170,14 @@ class GridFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     total: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
 
 
-class EvalInfoFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """``eval_info``: how LeRobot's ``eval_info.json`` names this benchmark's tasks, a
-    ``(task_group, task_id)`` each: the task's group along the axis ``task_group`` (renamed by
-    ``group_names``) and its index among that group's tasks, in the file's order."""
+class LeRobotFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``lerobot``: the benchmark as LeRobot knows it. ``env_type``: LeRobot's ``--env.type``, whose
+    env processors a ``lerobot:PATH`` policy's observations pass through (none: LeRobot has no such
+    env here). The rest names each task in LeRobot's ``eval_info.json`` as ``(task_group, task_id)``:
+    its group along the axis ``task_group`` (renamed by ``group_names``) and its index among that
+    group's tasks, in the file's order."""
 
+    env_type: Name | None = None
     task_group: Identifier = "split"
     group_names: dict[Annotated[str, msgspec.Meta(min_length=1, max_length=64)], Name] = {}
     single_task_prefixes: list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.+-]*$", max_length=64)]] = []
@@ -147,8 +205,9 @@ class BenchmarkFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     grid: GridFile | None = None
     mean_of_groups: Identifier | None = None
     """An axis whose groups' SRs ``summary.json`` also averages, unweighted (a paper's "average")."""
-    eval_info: EvalInfoFile = EvalInfoFile()
-    """LeRobot's names of the tasks in ``eval_info.json`` (its task groups are the splits unless it says)."""
+    lerobot: LeRobotFile = LeRobotFile()
+    """LeRobot's env type and its names of the tasks (its task groups are the splits unless it says)."""
+    install: InstallFile = InstallFile()
 
 
 ENV_KEYS = tuple(EnvFile.__struct_fields__)
@@ -243,6 +302,8 @@ def parse(data: Any, path: Path) -> tuple[BenchmarkFile, EnvFile, dict[str, Any]
     """The file's typed values: the whole, its env (and the env's own options), its tasks."""
     document = _convert(data, BenchmarkFile, path, "")
     options = {key: value for key, value in document.env.items() if key not in ENV_KEYS}
+    for key in options.keys() & MOVED_ENV_KEYS.keys():
+        raise SpecError(f"benchmark file {path}: env.{key} is now {MOVED_ENV_KEYS[key]}; move it there")
     for key in options:
         near = difflib.get_close_matches(key, ENV_KEYS, n=1, cutoff=0.8)
         if near:
@@ -252,6 +313,7 @@ def parse(data: Any, path: Path) -> tuple[BenchmarkFile, EnvFile, dict[str, Any]
     _check_names(document, tasks, path)
     _check_keys(document, path)
     _check_reporting(document, options, tasks, path)
+    _check_install(document.install, path)
     return document, env, options, tasks
 
 
@@ -305,3 +367,23 @@ def _check_reporting(document: BenchmarkFile, options: dict[str, Any], tasks: li
     runnable = sorted(splits & {name.lower() for name in document.unavailable_splits})
     if runnable:
         raise SpecError(f"benchmark file {path}: splits {runnable} are both unavailable and given tasks")
+
+
+def _check_install(install: InstallFile, path: Path) -> None:
+    """Pins are PEP 508 requirements, and a stack that pins has a Python range, in order."""
+    pins = [line for step in install.steps for line in step.requirements]
+    for line in pins:
+        try:
+            Requirement(line)
+        except InvalidRequirement as exc:
+            why = str(exc).splitlines()[0]
+            raise SpecError(
+                f"benchmark file {path}: install pin {line!r} is not a PEP 508 requirement ({why})"
+            ) from None
+    if not install.steps:
+        return
+    python = install.python_range
+    if python is None:
+        raise SpecError(f"benchmark file {path}: install.steps need install.python, the [first, last] Python versions")
+    if python[0] > python[1]:
+        raise SpecError(f"benchmark file {path}: install.python {list(install.python or ())} is not [first, last]")

@@ -3,7 +3,7 @@ the cost per episode, the same interpreter beside another one, side by side in o
 
 The fake two-step benchmark of ``bench_controller.py`` (no simulator: the harness's own cost),
 under ``-n 2``, evaluated with the ``zero`` policy; once as is and once declaring
-``env.interpreter``, whose workers then start in a second virtual env over this env's packages
+``install.own_interpreter``, whose workers then start in a second virtual env over this env's packages
 (``tests/helpers.make_interpreter``: its own prefix, the same code). Start-up is a one-episode
 session's wall time; the cost per episode is (a large session's - a one-episode session's) /
 its episodes. Each number is the fastest of ``--repeat`` sessions.
@@ -36,7 +36,7 @@ def session(episodes_per_task: int, other: bool, where: Path | None) -> float:
         if other:
             make_interpreter(root / "interpreters" / "benchsim")
             spec = evaluation / "bench.yaml"
-            spec.write_text(spec.read_text().replace("  action_dim: 7", "  interpreter: benchsim\n  action_dim: 7"))
+            spec.write_text(spec.read_text() + "install: {stack: benchsim, own_interpreter: true}\n")
         os.environ[INTERPRETER_DIR_ENV] = str(root / "interpreters")
         args = ["--benchmark=bench.yaml", "--policy=zero", f"--episodes={episodes_per_task}", "-n", "2"]
         return timed_session(evaluation, [*args, "--vla-results=results", "--vla-render=cpu"], expected=1)

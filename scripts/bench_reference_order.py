@@ -158,20 +158,20 @@ def prepare(render_request: str) -> None:
     would answer by starting another worker, forever): the render backend and the benchmark's env factory made to build
     with it, and to hand the env it builds to the policy (the scripted policy reads its state)."""
     global _backend
-    from pytest_vlaeval.envs import render
+    from pytest_vlaeval.envs import render, vulkan
     from pytest_vlaeval.envs.mikasa import _never_prompt_for_downloads
 
     _backend = render.resolve_backend(render_request)
-    render.set_backend_env(_backend)
+    vulkan.set_backend_env(_backend)
     if _backend == "cpu":
-        render.apply_cpu_patches()
+        vulkan.apply_cpu_patches()
     import gymnasium as gym
 
     _never_prompt_for_downloads()
     from mikasa_robo_suite.vla import benchmarking
 
     make = gym.make
-    gym.make = lambda name, **kwargs: make(name, **{**kwargs, **render.make_kwargs(_backend)})
+    gym.make = lambda name, **kwargs: make(name, **{**kwargs, **vulkan.make_kwargs(_backend)})
     make_env = benchmarking.make_benchmark_env
 
     def make_and_show(*args: Any, **kwargs: Any) -> Any:
@@ -187,14 +187,14 @@ def measure(unit: Unit, render_request: str) -> dict[str, Any]:
         prepare(render_request)
     from mikasa_robo_suite.vla import benchmarking
 
-    from pytest_vlaeval.envs import render
+    from pytest_vlaeval.envs import vulkan
     from pytest_vlaeval.spec import resolve_benchmark
 
     spec, _ = resolve_benchmark("mikasa")
     task = spec.task(unit.task)
     memory = task.group(next(axis for axis in spec.axes if axis.field == "memory_type"))
     config = benchmarking.BenchmarkConfig(
-        n_episodes=unit.seeds, sim_backend=render.make_kwargs(_backend)["sim_backend"]
+        n_episodes=unit.seeds, sim_backend=vulkan.make_kwargs(_backend)["sim_backend"]
     )
     policy = _current["policy"] = POLICIES[unit.policy]()
     started = time.perf_counter()

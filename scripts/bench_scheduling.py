@@ -16,7 +16,7 @@ builds added (a task's first episode on a worker less that task's median later e
 "ideal" what the row's episode seconds would take spread evenly over the workers.
 
     python scripts/bench_scheduling.py [--tasks A,B,...] [--episodes 6] [--workers 2] [--repeat 1] [--keep DIR]
-    python scripts/bench_scheduling.py --smoke   (one task, 2 seeds, the reference and the affinity row)
+    python scripts/bench_scheduling.py --smoke   (one task, 2 seeds, the reference and the affinity row, at once)
 
 Not a test: it takes minutes on a CPU (software Vulkan) machine.
 """
@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -140,12 +141,12 @@ def run_reference(tasks: list[str], episodes: int) -> tuple[float, int, Outcomes
 def reference_main(tasks: list[str], episodes: int) -> None:
     """``evaluate_task`` for each task with the plugin's random policy, reseeded per episode
     exactly as the plugin does; prints the per-task results as one JSON line."""
-    from pytest_vlaeval.envs import render
+    from pytest_vlaeval.envs import render, vulkan
 
     backend = render.resolve_backend("auto")
-    render.set_backend_env(backend)
+    vulkan.set_backend_env(backend)
     if backend == "cpu":
-        render.apply_cpu_patches()
+        vulkan.apply_cpu_patches()
     import gymnasium as gym
     import mikasa_robo_suite.vla.memory_envs  # noqa: F401  (registers the env ids)
     from mikasa_robo_suite.vla import benchmarking
@@ -156,7 +157,7 @@ def reference_main(tasks: list[str], episodes: int) -> None:
     # The reference's make_benchmark_env asks for the default (CUDA) render device; the one
     # change the CPU path needs is naming the backend, as the plugin's env factory does.
     make = gym.make
-    gym.make = lambda env_id, **kwargs: make(env_id, **{**kwargs, **render.make_kwargs(backend)})
+    gym.make = lambda env_id, **kwargs: make(env_id, **{**kwargs, **vulkan.make_kwargs(backend)})
 
     class ReferencePolicy:
         """The plugin's random policy behind the reference runner's ``forward`` interface."""
@@ -232,7 +233,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per row; the median wall time is shown [1]")
     parser.add_argument("--keep", type=Path, help="keep each run's directory (results, episode records) under this one")
     parser.add_argument(
-        "--smoke", action="store_true", help="one task, 2 seeds, only the reference and affinity rows: does it run"
+        "--smoke",
+        action="store_true",
+        help="one task, 2 seeds, only the reference and affinity rows, at once: does it run",
     )
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -246,13 +249,21 @@ def main() -> None:
 
     reference = Row(REFERENCE)
     rows = [Row(name) for name in modes]
-    with tempfile.TemporaryDirectory(prefix="bench-scheduling-") as scratch:
+    # One process at a time, so that none moves another's wall time; --smoke compares no timing,
+    # so its rows run at once.
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-scheduling-") as scratch,
+        ThreadPoolExecutor(1 + len(rows) if args.smoke else 1) as starter,
+    ):
         for attempt in range(args.repeat):
-            reference.add(*run_reference(tasks, args.episodes))
-            print(f"[{attempt + 1}/{args.repeat}] {REFERENCE}: {reference.walls[-1]:.1f} s", file=sys.stderr)
+            runs = [starter.submit(run_reference, tasks, args.episodes)]
             for number, row in enumerate(rows):
                 workdir = (args.keep or Path(scratch)) / f"{attempt}-{number}"
-                row.add(*run_pytest(modes[row.name], tasks, args.episodes, args.workers, workdir))
+                runs.append(starter.submit(run_pytest, modes[row.name], tasks, args.episodes, args.workers, workdir))
+            reference.add(*runs[0].result())
+            print(f"[{attempt + 1}/{args.repeat}] {REFERENCE}: {reference.walls[-1]:.1f} s", file=sys.stderr)
+            for row, run in zip(rows, runs[1:], strict=True):
+                row.add(*run.result())
                 print(
                     f"[{attempt + 1}/{args.repeat}] {row.name}: {row.walls[-1]:.1f} s, {row.builds} builds",
                     file=sys.stderr,

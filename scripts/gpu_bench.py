@@ -23,9 +23,9 @@ infrastructure, never a result).
 
     python scripts/gpu_bench.py [--smoke] [--tasks A,B] [--episodes 3] [--workers 1,4,8,16] [--parts ...]
 
-``--smoke`` is the few-minute version: one episode per task, ``-n 1``, blocks of 1 and 2, the
-serving benchmark's narrow policy at 1 and 2 episodes for half a second, and LIBERO's render
-check instead of an episode.
+``--smoke`` is the few-minute version: one episode per task, ``-n 1``, blocks of 1 and 2, its
+sessions at once (timings are not its point), the serving benchmark's narrow policy at 1 and 2
+episodes for half a second, and LIBERO's render check instead of an episode.
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import bench_serving
 
-from pytest_vlaeval.envs import render
+from pytest_vlaeval.envs import vulkan
 
 SCRIPTS = Path(__file__).resolve().parent
 TASKS = ("RememberColor3-VLA-v0", "InterceptSlow-VLA-v0")
@@ -57,6 +58,8 @@ PARTS = ("parity", "scaling", "blocks", "placement", "serving", "libero")
 NO_CUDA = "no CUDA device: GPU rows skipped"
 NO_LIBERO = "LIBERO's stack is not installed (scripts/gpu_check.sh --fetch-wheels --libero): LIBERO row skipped"
 NO_LAVAPIPE = "no software Vulkan (Mesa's lavapipe): CPU render rows skipped"
+SMOKE_SESSIONS = 5
+"""--smoke's sessions, all at once: parity on each render (its scaling row shares it), two blocks, placement."""
 WORKER_MARK = "exec(eval(sys.stdin"
 """What an xdist worker's command line holds (execnet's bootstrap): how the sampler tells workers apart."""
 
@@ -273,7 +276,7 @@ def placement_row(one: Session, two: Session, render: str) -> list[str]:
 def gpu_render_mode() -> str:
     """``gpu`` when the GPU simulation can run here, else ``gpu-render``, saying why once."""
     check = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval.envs.render", "gpu"], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "pytest_vlaeval.envs.vulkan", "gpu"], capture_output=True, text=True, timeout=600
     )
     if check.returncode == 0:
         return "gpu"
@@ -358,51 +361,53 @@ def main() -> int:
     with multiprocessing.get_context("fork").Pool(2 if args.smoke else 32) as pool:
         gpu = has_cuda()
         gpu_mode = gpu_render_mode() if gpu else None
-        cpu = render.find_lavapipe_icd() is not None
+        cpu = vulkan.find_lavapipe_icd() is not None
         for missing, line in ((not gpu, NO_CUDA), (not cpu, NO_LAVAPIPE)):
             if missing:
                 print(line, flush=True)
         renders = [r for r in (gpu_mode, "cpu" if cpu else None) if r]
         rows: list[list[str]] = []
-        with tempfile.TemporaryDirectory(prefix="gpu-bench-") as scratch_dir:
-            sessions: dict[tuple[str, int], Session] = {}
+        # One session at a time, so that none moves another's timings; --smoke reads no timing
+        # worth comparing, so its sessions run at once.
+        with (
+            tempfile.TemporaryDirectory(prefix="gpu-bench-") as scratch_dir,
+            ThreadPoolExecutor(SMOKE_SESSIONS if args.smoke else 1) as starter,
+        ):
+            sessions: dict[tuple[str, int], Future[Session]] = {}
 
-            def mikasa(render: str, n: int) -> Session:
+            def mikasa(render: str, n: int) -> Future[Session]:
                 """A MIKASA session of the chosen episodes, run once per (render, -n) and shared by the parts."""
                 if (render, n) not in sessions:
                     workdir = Path(scratch_dir) / f"mikasa-{render}-{n}"
-                    sessions[render, n] = run_session(workdir, "short", tasks, episodes, n, render, gpu)
+                    sessions[render, n] = starter.submit(run_session, workdir, "short", tasks, episodes, n, render, gpu)
                 return sessions[render, n]
 
+            # Every session the parts need, submitted in the order the parts print.
             parity_workers = 1 if args.smoke else min(4, max(workers))
-            if "parity" in parts:
-                on_gpu = mikasa(gpu_mode, parity_workers) if gpu_mode else None
-                if on_gpu and on_gpu.backends() != {gpu_mode}:
-                    raise SystemExit(f"--vla-render={gpu_mode} ran on {sorted(on_gpu.backends())}")
-                if cpu:
-                    rows += parity_rows(on_gpu, mikasa("cpu", parity_workers))
-                else:
-                    rows.append(["1 parity", "skipped", "cpu", NO_LAVAPIPE])
-            if "scaling" in parts:
-                rows += [scaling_row(r, n, mikasa(r, n)) for r in renders for n in workers]
             block_render = gpu_mode or ("cpu" if cpu else None)
-            if "blocks" in parts and block_render:
-                runs = {
-                    k: run_session(
-                        Path(scratch_dir) / f"blocks-{k}",
-                        "short",
-                        tasks[:1],
-                        max(lockstep),
-                        1,
-                        block_render,
-                        gpu,
-                        (f"--vla-lockstep={k}",),
-                    )
-                    for k in lockstep
-                }
-                rows += blocks_rows(runs, block_render)
+            wanted = [(r, parity_workers) for r in renders if "parity" in parts]
+            wanted += [(r, n) for r in renders for n in workers if "scaling" in parts]
+            for render_mode, n in wanted:
+                mikasa(render_mode, n)
+            runs = {
+                k: starter.submit(
+                    run_session,
+                    Path(scratch_dir) / f"blocks-{k}",
+                    "short",
+                    tasks[:1],
+                    max(lockstep),
+                    1,
+                    block_render,
+                    gpu,
+                    (f"--vla-lockstep={k}",),
+                )
+                for k in (lockstep if "blocks" in parts and block_render else [])
+            }
+            two = None
             if "placement" in parts and gpu_mode:
-                two = run_session(
+                mikasa(gpu_mode, 1)
+                two = starter.submit(
+                    run_session,
                     Path(scratch_dir) / "placement",
                     "short",
                     tasks,
@@ -412,7 +417,21 @@ def main() -> int:
                     gpu,
                     ("--vla-placement=0:0-1",),
                 )
-                rows.append(placement_row(mikasa(gpu_mode, 1), two, gpu_mode))
+
+            if "parity" in parts:
+                on_gpu = mikasa(gpu_mode, parity_workers).result() if gpu_mode else None
+                if on_gpu and on_gpu.backends() != {gpu_mode}:
+                    raise SystemExit(f"--vla-render={gpu_mode} ran on {sorted(on_gpu.backends())}")
+                if cpu:
+                    rows += parity_rows(on_gpu, mikasa("cpu", parity_workers).result())
+                else:
+                    rows.append(["1 parity", "skipped", "cpu", NO_LAVAPIPE])
+            if "scaling" in parts:
+                rows += [scaling_row(r, n, mikasa(r, n).result()) for r in renders for n in workers]
+            if runs:
+                rows += blocks_rows({k: run.result() for k, run in runs.items()}, block_render)
+            if two:
+                rows.append(placement_row(mikasa(gpu_mode, 1).result(), two.result(), gpu_mode))
             if "serving" in parts:
                 rows += serving_rows(pool, gpu, args.smoke, Path(scratch_dir))
             if "libero" in parts:

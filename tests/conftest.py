@@ -15,10 +15,13 @@ HERE = Path(__file__).parent
 
 def pytest_configure(config: pytest.Config) -> None:
     """Tests that drive the simulator in-process see the same third-party noise an evaluation
-    filters; filter it the same way."""
-    from pytest_vlaeval.configure import THIRD_PARTY_WARNINGS
+    filters (each built-in benchmark's ``env.filterwarnings``); filter it the same way."""
+    from pytest_vlaeval.spec import builtin_benchmarks, load_benchmark
 
-    for noise in THIRD_PARTY_WARNINGS:
+    noises = {
+        noise: None for path in builtin_benchmarks().values() for noise in load_benchmark(path).env.filterwarnings
+    }
+    for noise in noises:
         config.addinivalue_line("filterwarnings", noise)
 
 

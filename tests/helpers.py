@@ -10,8 +10,10 @@ import subprocess
 import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -295,3 +297,12 @@ def peak_bytes(call: Callable[[], object]) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def together(first: Callable[[], Any], *rest: Callable[[], Any]) -> list[Any]:
+    """Independent calls at the same time, their results in order: ``first`` on this thread (it may
+    step a simulator in this process), each of ``rest`` on a thread of its own (each waits on a
+    process: a session, a script). The suite runs one test at a time; this keeps the second core busy."""
+    with ThreadPoolExecutor(len(rest) or 1) as pool:
+        futures = [pool.submit(call) for call in rest]
+        return [first(), *(future.result() for future in futures)]

@@ -163,3 +163,10 @@ def pusht_act_reference(pusht_act_checkpoint: Path, tmp_path_factory: pytest.Tem
     env_args = ["--env.type=pusht", "--env.visualization_width=96", "--env.visualization_height=96"]
     output_dir = tmp_path_factory.mktemp("lerobot-eval") / "pusht-act"
     return run_lerobot_eval(pusht_act_checkpoint, output_dir, env_args, PUSHT_EPISODES, PUSHT_SEED)
+
+
+@pytest.fixture(scope="session")
+def pusht_diffusion_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The random-init Diffusion checkpoint for Push-T (``lerobot_checkpoints``, seed 0): a policy
+    that samples, its DDIM noise drawn at each action chunk."""
+    return build_checkpoint(tmp_path_factory.mktemp("lerobot") / "pusht-diffusion", "pusht", "diffusion")

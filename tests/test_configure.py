@@ -3,8 +3,10 @@ is inert; with it, bad input stops the session in one line before anything runs.
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from helpers import CONFIGURED, assert_one_line_usage_error, usage_error
+from helpers import CONFIGURED, assert_one_line_usage_error, run_dir, usage_error
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 
@@ -100,3 +102,22 @@ def test_a_policy_attribute_typo_stops_before_any_worker_starts(fake: pytest.Pyt
     assert_one_line_usage_error(result, "module 'policies' (")
     assert "defines no 'Configurd'" in usage_error(result)
     assert not (fake.path / "results").exists()
+
+
+def test_a_session_keeps_only_the_runs_episodes_of_what_its_logs_hold(fake: pytest.Pytester) -> None:
+    """A log received into the run may hold records of any episode: the session counts them and
+    keeps none (its memory follows the run's episodes, not its logs)."""
+    fake.runpytest(*SHORT)
+    log = next((run_dir(fake) / "episodes").glob("*.jsonl"))
+    stranger = json.loads(log.read_text().splitlines()[0])
+    with log.open("a") as received:
+        received.writelines(json.dumps(stranger | {"seed": seed}) + "\n" for seed in range(1000, 1500))
+    kept: list[tuple[int, int]] = []
+
+    class Spy:
+        def pytest_sessionfinish(self, session: pytest.Session) -> None:
+            latest = session.config.pluginmanager.get_plugin("vlaeval-controller").latest
+            kept.append((len(latest), latest.outside))
+
+    fake.inline_run(*SHORT, plugins=[Spy()])
+    assert kept == [(6, 500)]

@@ -202,9 +202,9 @@ def test_gpu_check_runs_another_script_after_the_same_setup(tmp_path: Path) -> N
 
 @pytest.mark.mikasa
 def test_bench_reference_order_smoke_prints_a_row_per_task_and_the_flip_count() -> None:
-    """One task, 2 seeds, the observed policy, the shipped order against fresh envs: the task's row
-    and the total print, every count within the episodes run."""
-    proc = run_script("bench_reference_order.py", "--smoke", "--render=cpu", timeout=900)
+    """One task, 2 seeds, the observed policy, the shipped order against fresh envs (in two
+    processes): the task's row and the total print, every count within the episodes run."""
+    proc = run_script("bench_reference_order.py", "--smoke", "--render=cpu", "--jobs=2", timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| RememberColor3-VLA-v0 |")]
     cells = [cell.strip() for cell in row.split("|")[1:-1]]

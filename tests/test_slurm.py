@@ -214,7 +214,7 @@ def test_a_real_mikasa_array_merges_to_what_a_local_session_records(tmp_path: Pa
     """2 shards x 2 short tasks x 2 seeds on the cluster, beside the same episodes in one local session."""
     run_args = [
         "--benchmark=short",
-        "--vla-tasks=RememberColor3-VLA-v0,InterceptSlow-VLA-v0",
+        "--vla-tasks=RememberColor3-VLA-v0,FindImposterColor3-VLA-v0",  # 25 steps each
         "--episodes=2",
         "--policy=random",
     ]

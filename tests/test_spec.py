@@ -110,6 +110,7 @@ tasks:
         (("split: b1_obj", "split: all"), "a split may not be called 'all'"),
         (("b1_env:", "B2:"), "unavailable split 'B2' is named like a group along the axis 'base', so 'B2' could not"),
         (("b1_env:", "obj:"), "unavailable split 'obj' is named like a group along the axis 'change'"),
+        (("split: b2_obj", "split: Obj"), "split 'obj' is named like a group along the axis 'change', so 'obj' could"),
         # D12: a few KB of group names that would make millions of cells
         (
             (

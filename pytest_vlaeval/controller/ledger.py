@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from pytest_vlaeval.results.latest import Key, LatestRecords
-from pytest_vlaeval.results.record import ERROR, EpisodeRecord
+from pytest_vlaeval.results.record import ERROR, MAX_ATTEMPT, EpisodeRecord
 
 
 class Ledger:
@@ -37,9 +37,11 @@ class Ledger:
         return nodeid in self.scheduled and nodeid not in self.reported
 
     def number(self, record: EpisodeRecord) -> EpisodeRecord:
-        """``record`` as the next attempt of its episode, now its latest."""
+        """``record`` as the next attempt of its episode, now its latest. Past ``MAX_ATTEMPT`` (a
+        received log's) it keeps that number, which no log refuses, and its time orders it after
+        the one before, as between sessions that did not know of each other."""
         previous = self.latest.get(record.key)
-        record = dataclasses.replace(record, attempt=previous.attempt + 1 if previous else 1)
+        record = dataclasses.replace(record, attempt=min(previous.attempt + 1, MAX_ATTEMPT) if previous else 1)
         self.latest.add(record)
         return record
 

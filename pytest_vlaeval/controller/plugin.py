@@ -33,7 +33,7 @@ from pytest_vlaeval.gate.fixed import FixedGate
 from pytest_vlaeval.gate.sequential_gate import SequentialGate
 from pytest_vlaeval.gate.verdict import UNDECIDED
 from pytest_vlaeval.results.latest import LatestRecords
-from pytest_vlaeval.results.record import EpisodeRecord, error_record
+from pytest_vlaeval.results.record import EpisodeRecord, error_record, record_line
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
 
@@ -133,6 +133,7 @@ class ResultsController:
             return "rerun", "R", ("RERUN", {"yellow": True})
         return None
 
+    @pytest.hookimpl(tryfirst=True)  # before the terminal counts the report: a record may turn it into an error
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown" and self.watch is not None:
             self.watch.finished(report.nodeid, completed=True)
@@ -141,12 +142,26 @@ class ResultsController:
         payload = getattr(report, RECORD_ATTR, None)
         if payload is not None:
             for attempt in payload:
-                self._accept(EpisodeRecord.from_dict(attempt))
+                record = self._received(report.nodeid, attempt)
+                self._accept(record)
+            if report.when == "call" and not record.completed:  # refused by the store: pytest counts an error too
+                report.outcome, report.when, report.longrepr = "failed", "setup", record.message  # type: ignore[assignment]
             self._settle(report.nodeid)
         elif report.failed:  # a harness fault before the episode ran (crashes come through handlecrashitem)
             message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "no result"
             self._accept(self._error(report.nodeid, HarnessFault(message)))
             self._settle(report.nodeid)
+
+    def _received(self, nodeid: str, attempt: dict[str, Any]) -> EpisodeRecord:
+        """A worker's record as the store will keep it; one the store cannot write (a policy's
+        config nested past what a log holds, say) becomes a harness error of its episode, never a
+        failure, and the run goes on."""
+        try:
+            record = EpisodeRecord.from_dict(attempt)
+            record_line(record)  # the store's own check, before the record can claim the run's policy
+        except (ValueError, TypeError) as exc:
+            return self._error(nodeid, HarnessFault(f"the record of this episode cannot be stored: {exc}"))
+        return record
 
     def _accept(self, record: EpisodeRecord) -> None:
         try:

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.errors import ResultsUnwritable
 from pytest_vlaeval.gate.baseline import Baseline
+from pytest_vlaeval.gate.eval_info import eval_info
 from pytest_vlaeval.gate.verdict import Verdict
 from pytest_vlaeval.report.run_files import Written, write_run_files
 from pytest_vlaeval.results.canonical import finished_task, summary, write_task
-from pytest_vlaeval.results.eval_info import eval_info
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.schema import Canonical, TaskResult
 from pytest_vlaeval.results.store import RunStore

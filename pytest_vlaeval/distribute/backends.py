@@ -18,11 +18,11 @@ it ends one of its workers) and its specs in ``place_workers``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,13 +32,22 @@ from pytest_vlaeval.distribute import placement
 from pytest_vlaeval.errors import SpecError
 
 
-def place_workers(config: pytest.Config, python: Path | None = None) -> None:
+@dataclass(frozen=True)
+class OwnInterpreter:
+    """A benchmark's interpreter of its own, as its local workers start in it: its executable and
+    its ``sys.path``, read when the session checked it (``install.interpreters.probe``)."""
+
+    python: Path
+    path: tuple[str, ...]
+
+
+def place_workers(config: pytest.Config, interpreter: OwnInterpreter | None = None) -> None:
     """The worker specs xdist starts (``config.option.tx``), before xdist reads them: ``-n``
     and ``--tx`` as given, ``--vla-placement`` giving each worker, local or remote, its GPUs, and
-    ``python`` (a benchmark's interpreter of its own) starting every local worker: one worker
-    without ``-n``. A spec that names its own ``python=`` (a remote host's) is kept as given."""
+    ``interpreter`` (a benchmark's own) starting every local worker: one worker without ``-n``. A
+    spec that names its own ``python=`` (a remote host's) is kept as given."""
     placement.apply(config)
-    if python is None:
+    if interpreter is None:
         return
     if not config.pluginmanager.has_plugin("xdist"):
         raise SpecError("this benchmark's workers run in an interpreter of their own, which needs pytest-xdist")
@@ -46,21 +55,20 @@ def place_workers(config: pytest.Config, python: Path | None = None) -> None:
         config.option.tx = ["popen"]
         if config.option.dist == "no":
             config.option.dist = "load"
+    python = interpreter.python
     config.option.tx = [
         f"{spec}//python={python}" if spec.split("//")[0].split("*")[-1] == "popen" and "python=" not in spec else spec
         for spec in config.option.tx
     ]
-    _keep_workers_own_packages(python)
+    _keep_workers_own_packages(interpreter.path)
 
 
-def _keep_workers_own_packages(python: Path) -> None:
+def _keep_workers_own_packages(own: tuple[str, ...]) -> None:
     """xdist hands every local worker the controller's ``sys.path`` (frozen at its import, in
     ``xdist.workermanage._sys_path``), which in another interpreter would import this env's
     packages (its numpy, its gymnasium) before the worker's own. The workers' path becomes the
     controller's own folders (the working directory, ``PYTHONPATH``: the user's code), then the
-    benchmark interpreter's path: its standard library and its packages."""
-    import subprocess
-
+    benchmark interpreter's path ``own``: its standard library and its packages."""
     import xdist.plugin
     import xdist.workermanage
 
@@ -69,12 +77,6 @@ def _keep_workers_own_packages(python: Path) -> None:
             f"pytest-xdist {xdist.__version__} no longer hands local workers a sys.path this plugin can set; "
             "a benchmark in an interpreter of its own needs pytest-xdist 3.6 to 3.8"
         )
-    done = subprocess.run(
-        [str(python), "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True, text=True, timeout=60
-    )
-    if done.returncode != 0:
-        raise SpecError(f"{python} does not start: {(done.stderr.strip() or 'no output').splitlines()[-1]}")
-    own = [entry for entry in json.loads(done.stdout) if entry]
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     users = [  # from xdist's own copy: the one in workermanage may hold an earlier session's rewrite
         entry

@@ -7,8 +7,10 @@ Two kinds, declared in the benchmark file's ``assets`` block:
     mesh). Installed by ``vlaeval install-assets`` (and ``vlaeval install``) from ``$VLAEVAL_ASSET_DIR``
     or its pinned URL, verified by size and SHA-256, never overwriting a different file unless
     forced.
-``maniskill``
-    A ManiSkill asset pack (YCB). Only checked: ManiSkill's own downloader fetches it.
+``external``
+    Data another tool fetches (MIKASA: ManiSkill's YCB pack). Only checked, by the benchmark's own
+    function ``check: module:function``, called with the asset's name and spec; it returns None
+    or one actionable line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from pytest_vlaeval.importing import load_reference, split_reference
 
 ASSET_DIR_ENV = "VLAEVAL_ASSET_DIR"
 INSTALL_COMMAND = "vlaeval install-assets"
@@ -40,17 +44,11 @@ def problem(name: str, spec: dict[str, Any]) -> str | None:
         if path.stat().st_size != spec["size"] or sha256(path) != spec["sha256"]:
             return f"asset {name!r} at {path} does not match its pinned SHA-256; run `{INSTALL_COMMAND} --force`"
         return None
-    if spec["kind"] == "maniskill":
-        from mani_skill.utils import assets as ms_assets
-
-        if ms_assets.is_data_source_downloaded(spec["id"]):
-            return None
-        source = ms_assets.DATA_SOURCES[spec["id"]]
-        where = Path(source.output_dir) / source.target_path
-        return (
-            f"ManiSkill asset pack {spec['id']!r} not found at {where} (MS_ASSET_DIR chooses the root); "
-            f"get it with `python -m mani_skill.utils.download_asset {spec['id']}` ({spec.get('license', '')})"
-        )
+    if spec["kind"] == "external":
+        reference = split_reference(str(spec.get("check", "")))
+        if reference is None:
+            return f"asset {name!r} of kind external needs check: module:function (what finds it)"
+        return load_reference(*reference)(name, spec)
     return f"asset {name!r} has unknown kind {spec['kind']!r}"
 
 

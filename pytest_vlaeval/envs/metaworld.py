@@ -17,7 +17,7 @@ and ends the episode there (LeRobot's ``terminated = done or is_success``); else
 to the env's own 500-step limit.
 
 Meta-World needs gymnasium >= 1.1 and numpy 2, so it runs in an interpreter of its own
-(``env.interpreter: metaworld``); this module imports metaworld and MuJoCo only inside the
+(``install.own_interpreter`` in its file); this module imports metaworld and MuJoCo only inside the
 factory and the preflight check, after MUJOCO_GL is set.
 """
 

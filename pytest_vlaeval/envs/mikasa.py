@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_vlaeval.envs import render
+from pytest_vlaeval.envs import render, vulkan
 from pytest_vlaeval.envs.adapter import Adapter, ExtraValue, Step
 from pytest_vlaeval.errors import AssetMissing, EnvError, env_call
 from pytest_vlaeval.spec import Benchmark, Task
@@ -137,9 +137,9 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str, num_envs: in
     ``apply_mikasa_vla_wrappers(include_overlays=False)``; with ``num_envs`` over 1, one GPU
     simulation of that many copies of the scene, as lockstep rows (``MikasaRows``)."""
     backend = render.resolve_backend(render_request)
-    render.set_backend_env(backend)
+    vulkan.set_backend_env(backend)
     if backend == "cpu":
-        render.apply_cpu_patches()
+        vulkan.apply_cpu_patches()
     import gymnasium as gym
 
     _never_prompt_for_downloads()
@@ -158,7 +158,7 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str, num_envs: in
             control_mode=options["control_mode"],
             reward_mode=options["reward_mode"],
             render_mode=options["render_mode"],
-            **render.make_kwargs(backend),
+            **vulkan.make_kwargs(backend),
         )
         env = apply_mikasa_vla_wrappers(env, include_overlays=False)
     except AssetMissing:

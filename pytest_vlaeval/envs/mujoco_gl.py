@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from pytest_vlaeval.envs.render import set_cache_env
+
 GL_BACKENDS = {"auto": None, "gpu": "egl", "gpu-render": "egl", "cpu": "osmesa"}
 """``--vla-render`` -> MUJOCO_GL. ``auto`` keeps the user's MUJOCO_GL, else EGL (Mesa's llvmpipe
 without a GPU); ``cpu`` forces OSMesa (software); images are identical between the two here."""
@@ -17,6 +19,7 @@ without a GPU); ``cpu`` forces OSMesa (software); images are identical between t
 
 def set_gl_backend(render_request: str) -> str:
     """Choose MuJoCo's GL backend; must run before mujoco is imported. Returns MUJOCO_GL."""
+    set_cache_env()
     wanted = GL_BACKENDS[render_request]
     if wanted:
         os.environ["MUJOCO_GL"] = wanted

@@ -1,18 +1,35 @@
-"""LeRobot's ``eval_info.json`` read back: a lerobot-eval output directory (or the file itself) as
-the gate's baseline or a run ``vlaeval compare`` shows (our runs write the same file:
-``results.eval_info``).
+"""LeRobot's ``eval_info.json``, both ways: the format's keys, our run's episodes written as it,
+and a lerobot-eval output directory (or the file itself) read back as the gate's baseline or a run
+``vlaeval compare`` shows. It sits on the gate's floor, the lowest that reads it; what it is
+written from is any episode with a record's fields (``Episode``).
 
-lerobot-eval writes one ``per_task`` entry per task, named ``(task_group, task_id)`` (this
-benchmark's names for them: ``spec.EvalInfoNames``), with ``metrics``: ``sum_rewards``,
-``max_rewards`` and ``successes``, parallel lists in episode order. Episode i ran seed S + i,
-S being lerobot-eval's ``--seed`` (every task restarts at S), and the file keeps no seed, nor does
-lerobot-eval keep its configuration beside it. So the seeds come from the file where one of ours
-wrote it (``per_task[i]["vlaeval"]["seeds"]``), and otherwise from the location: ``DIR:seed=1000``.
+The keys, their order and their meanings are lerobot-eval's (0.6.1, ``eval_policy_all``):
+``per_task`` (a task's ``task_group`` and ``task_id``, as the benchmark file names it:
+``spec.LeRobot``; ``metrics``: per-episode ``sum_rewards``, ``max_rewards``, ``successes`` in
+episode order, and the paths of the episodes' videos), ``per_group`` and ``overall`` (the means
+pooled over their episodes; ``pc_success`` in percent). LeRobot has no interval in this file, so
+neither has ours. Where ours must differ, it says so rather than guess:
 
-The file is someone else's: it is read as ``strict_json`` reads (finite numbers, shallow nesting),
-each field it gives is type-checked, the lists of a task must be of one length, every task must be
-one of this benchmark's, and the file is never read through a symbolic link in the directory.
-Whatever is not so is one line naming the file and the field, before any episode runs.
+- each task entry adds ``vlaeval`` (``OURS``): the benchmark, the env id and the episodes' seeds,
+  which lerobot-eval does not keep and its readers never look for;
+- an episode's maximum reward is the benchmark's episode extra summarised as ``avg_max_reward``
+  (Push-T's and Meta-World's ``max_reward``); a benchmark without one writes null;
+- only completed episodes are listed (an error is not an episode that ran), and a mean over none
+  is null where LeRobot writes NaN, which is not JSON;
+- ``eval_s`` is the episodes' own time summed (workers run them side by side).
+
+Ours is written from the same latest records as ``summary.json``, each time that is (a rerun, a
+resumed or merged run rewrites both), so the two never disagree.
+
+Read back: episode i of a lerobot-eval task ran seed S + i, S being lerobot-eval's ``--seed``
+(every task restarts at S), and the file keeps no seed, nor does lerobot-eval keep its
+configuration beside it. So the seeds come from the file where one of ours wrote it
+(``per_task[i]["vlaeval"]["seeds"]``), and otherwise from the location: ``DIR:seed=1000``.
+
+The file read is someone else's: it is read as ``strict_json`` reads (finite numbers, shallow
+nesting), each field it gives is type-checked, the lists of a task must be of one length, every
+task must be one of this benchmark's, and the file is never read through a symbolic link in the
+directory. Whatever is not so is one line naming the file and the field, before any episode runs.
 """
 
 from __future__ import annotations
@@ -20,15 +37,17 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.finite import finite_mean
 from pytest_vlaeval.results import strict_json
-from pytest_vlaeval.spec import Benchmark
+from pytest_vlaeval.spec import Benchmark, Extra, Selection
 
 FILE = "eval_info.json"
 OURS = "vlaeval"
@@ -36,6 +55,9 @@ OURS = "vlaeval"
 readers take ``task_group``, ``task_id`` and ``metrics`` of an entry by name, and never iterate it."""
 SEED_SUFFIX = re.compile(r"^(?P<path>.+):seed=(?P<seed>\d{1,18})$")
 """``DIR:seed=N``: where the file was written by lerobot-eval run with ``--seed=N``."""
+MAX_REWARD_SUMMARY = "avg_max_reward"
+"""LeRobot's key for the mean of the episodes' maximum rewards; the benchmark's extra summarised
+under it is LeRobot's per-episode ``max_reward``."""
 MAX_BYTES = 64 * 2**20
 """The largest file read: lerobot-eval's for 50 tasks of 500 episodes is a few MB."""
 
@@ -133,7 +155,7 @@ def read_eval_info(location: EvalInfoLocation, benchmark: Benchmark, option: str
         entries = msgspec.convert(data, _File).per_task
     except msgspec.ValidationError as exc:
         raise SpecError(f"{where}: {file} is not LeRobot's eval_info.json: {exc}") from None
-    names = benchmark.eval_info
+    names = benchmark.lerobot
     found = [(entry, names.env_id(entry.task_group, entry.task_id)) for entry in entries]
     foreign = [f"{e.task_group[:200]!r} {e.task_id}" for e, env_id in found if env_id is None]
     if foreign:
@@ -196,4 +218,97 @@ def _task(entry: _Entry, env_id: str, location: EvalInfoLocation, benchmark: Ben
 
 
 def _groups(benchmark: Benchmark) -> list[str]:
-    return list(dict.fromkeys(group for group, _ in benchmark.eval_info.names.values()))
+    return list(dict.fromkeys(group for group, _ in benchmark.lerobot.names.values()))
+
+
+# -- written ------------------------------------------------------------------------------
+
+
+class Episode(Protocol):
+    """What the file is written from of an episode (``results.record.EpisodeRecord``'s fields)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def success(self) -> bool | None: ...
+    @property
+    def episode_return(self) -> float | None: ...
+    @property
+    def extras(self) -> Mapping[str, object] | None: ...
+    @property
+    def video(self) -> str | None: ...
+    @property
+    def wall_time(self) -> float: ...
+    @property
+    def completed(self) -> bool: ...
+
+
+def max_reward_extra(benchmark: Benchmark) -> Extra | None:
+    """The benchmark's episode extra that is LeRobot's per-episode maximum reward, if it has one."""
+    return next((e for e in benchmark.reporting.extras if e.summary == MAX_REWARD_SUMMARY), None)
+
+
+def eval_info(selection: Selection, latest: Mapping[tuple[str, int], Episode]) -> dict[str, Any]:
+    """LeRobot's ``eval_info.json`` of the run's completed episodes."""
+    benchmark = selection.benchmark
+    extra = max_reward_extra(benchmark)
+    per_task: list[dict[str, Any]] = []
+    groups: dict[str, list[Episode]] = {}
+    for task in selection.tasks:
+        done = [r for seed in selection.seeds if (r := latest.get((task.env_id, seed))) is not None and r.completed]
+        if not done:
+            continue
+        group, task_id = benchmark.lerobot.names[task.env_id]
+        groups.setdefault(group, []).extend(done)
+        metrics = {
+            "sum_rewards": [_sum_reward(r) for r in done],
+            "max_rewards": [_max_reward(r, extra) for r in done],
+            "successes": [bool(r.success) for r in done],
+            "video_paths": _videos(done),
+            "predicted_video_paths": [],
+        }
+        ours = {"benchmark": benchmark.name, "env_id": task.env_id, "seeds": [r.seed for r in done]}
+        per_task.append({"task_group": group, "task_id": task_id, "metrics": metrics, OURS: ours})
+    episodes = [r for records in groups.values() for r in records]
+    eval_s = sum(r.wall_time for r in episodes)
+    overall = {
+        **_means(episodes, extra),
+        "eval_s": eval_s,
+        "eval_ep_s": eval_s / max(1, len(episodes)),
+        "video_paths": _videos(episodes),
+        "predicted_video_paths": [],
+    }
+    return {
+        "per_task": per_task,
+        "per_group": {
+            group: {**_means(records, extra), "video_paths": _videos(records), "predicted_video_paths": []}
+            for group, records in groups.items()
+        },
+        "overall": overall,
+    }
+
+
+def _means(records: list[Episode], extra: Extra | None) -> dict[str, Any]:
+    """LeRobot's group and overall numbers, pooled over ``records``; null over none."""
+    maxima = [m for r in records if (m := _max_reward(r, extra)) is not None]
+    return {
+        "avg_sum_reward": finite_mean([_sum_reward(r) for r in records]) if records else None,
+        "avg_max_reward": finite_mean(maxima) if maxima else None,
+        # LeRobot's float: the mean of the successes, times 100 (3 of 10: 30.000000000000004)
+        "pc_success": sum(bool(r.success) for r in records) / len(records) * 100 if records else None,
+        "n_episodes": len(records),
+    }
+
+
+def _sum_reward(record: Episode) -> float:
+    """The episode's return: LeRobot's sum of its step rewards (a completed episode has one)."""
+    return float(record.episode_return or 0.0)
+
+
+def _max_reward(record: Episode, extra: Extra | None) -> float | None:
+    value = (record.extras or {}).get(extra.field) if extra else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _videos(records: list[Episode]) -> list[str]:
+    return [r.video for r in records if r.video]

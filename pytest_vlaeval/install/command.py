@@ -17,7 +17,7 @@ from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install import installer, interpreters
 from pytest_vlaeval.install.assets_command import add_source_options, install_assets
-from pytest_vlaeval.install.stacks import STACKS
+from pytest_vlaeval.install.stacks import stacks
 from pytest_vlaeval.spec import Benchmark, resolve_benchmark
 
 PREFIX = "vlaeval install:"
@@ -25,8 +25,12 @@ PREFIX = "vlaeval install:"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "stack", choices=STACKS, help="the benchmark whose simulator stack to install, or lerobot (its policies)"
+        "stack",
+        nargs="?",
+        choices=stacks(),
+        help="the benchmark whose simulator stack to install, or lerobot (its policies)",
     )
+    parser.add_argument("--list", action="store_true", help="print the stacks it installs, one a line, and stop")
     parser.add_argument(
         "--system-deps", action="store_true", help="also install the Debian packages it needs (apt-get; root or sudo)"
     )
@@ -49,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def target(args: argparse.Namespace) -> str | None:
     """The interpreter the stack goes into: None for this one, else its own interpreter's python."""
-    stack = STACKS[args.stack]
+    stack = stacks()[args.stack]
     if stack.own_interpreter or args.own_interpreter:
         return str(interpreters.interpreter_python(stack.name))
     return None
@@ -57,7 +61,7 @@ def target(args: argparse.Namespace) -> str | None:
 
 def plan(args: argparse.Namespace) -> list[installer.Command] | str:
     """The commands to run, or one line saying why there can be none."""
-    stack = STACKS[args.stack]
+    stack = stacks()[args.stack]
     commands = []
     if args.system_deps:
         debian = installer.read_debian()
@@ -80,6 +84,12 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        print("\n".join(stacks()))
+        return 0
+    if args.stack is None:
+        print(f"{PREFIX} name a stack: {', '.join(stacks())} (or --list)")
+        return 2
     try:
         return install(args)
     except SpecError as exc:  # no Python to make its interpreter with, or that one is not a Python
@@ -89,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
 def setup_problem(args: argparse.Namespace, benchmark: Benchmark | None) -> str | None:
     """What stops the install before anything runs, in one line: a Python out of the stack's range."""
-    stack = STACKS[args.stack]
+    stack = stacks()[args.stack]
     python = target(args)
     if python is None:
         if args.python is not None:
@@ -103,7 +113,7 @@ def setup_problem(args: argparse.Namespace, benchmark: Benchmark | None) -> str 
 
 
 def install(args: argparse.Namespace) -> int:
-    stack = STACKS[args.stack]
+    stack = stacks()[args.stack]
     benchmark = None if stack.policy else resolve_benchmark(stack.name)[0]
     python = target(args)
     problem = setup_problem(args, benchmark)
@@ -133,7 +143,7 @@ def install(args: argparse.Namespace) -> int:
             if ": FAILED: " in line
             else f"{PREFIX} {line}"
         )
-    fix = interpreters.install_command(stack.name) if python else None
+    fix = (interpreters.install_command(stack.name) if python else None) or f"vlaeval install {stack.name}"
     if python is not None and not Path(python).is_file():
         print(f"{PREFIX} PROBLEM: no interpreter at {python}: run `{fix}`")
         return 1
@@ -142,8 +152,8 @@ def install(args: argparse.Namespace) -> int:
     held = interpreters.package_mismatch(Path(python)) if python else None
     problems = [
         *([f"its interpreter holds {held}: run `{fix}`"] if held else []),
-        *installer.version_problems(stack, installed, steps),
-        *installer.import_problems(stack, python or sys.executable),
+        *installer.version_problems(stack, installed, fix, steps),
+        *installer.import_problems(stack, fix, python or sys.executable),
     ]
     if not problems and benchmark is not None and benchmark.env.preflight:
         render = preflight_problem(benchmark.env.preflight, "auto", python or sys.executable)

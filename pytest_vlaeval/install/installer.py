@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+import msgspec
 from packaging.requirements import Requirement
 
 from pytest_vlaeval.install.stacks import PipStep, Stack
@@ -221,25 +222,35 @@ def python_problem(stack: Stack, version: tuple[int, int] = sys.version_info[:2]
     )
 
 
-def version_problems(stack: Stack, installed: InstalledVersion, steps: tuple[PipStep, ...] = ()) -> list[str]:
-    command = f"vlaeval install {stack.name}"
-    return [f"{line}: run `{command}`" for step in (*steps, *stack.steps) for line in unmet(step, installed)]
+def version_problems(stack: Stack, installed: InstalledVersion, fix: str, steps: tuple[PipStep, ...] = ()) -> list[str]:
+    """One line per unmet requirement, each ending in ``fix`` (the install command that meets it). A
+    step installed again at any version (this package) is not checked here: its caller compares
+    its files (``interpreters.package_mismatch``), which says more, once."""
+    every = (step for step in (*steps, *stack.steps) if not step.reinstall)
+    return [f"{line}: run `{fix}`" for step in every for line in unmet(step, installed)]
 
 
-def import_problems(stack: Stack, python: str = sys.executable) -> list[str]:
-    """Import each module in a fresh interpreter (what a worker will do); one line per failure."""
+def import_problems(stack: Stack, fix: str, python: str = sys.executable) -> list[str]:
+    """Import each module in a fresh interpreter (what a worker will do); one line per failure,
+    each ending in ``fix``. The failures come back as the last line, JSON: what a module prints as
+    it is imported (pygame's banner) is not one."""
     script = (
-        "import importlib, sys\n"
+        "import importlib, json, sys\n"
+        "failed = []\n"
         "for name in sys.argv[1:]:\n"
         "    try:\n"
         "        importlib.import_module(name)\n"
         "    except Exception as exc:\n"
-        "        print(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n"
+        "        failed.append(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n"
+        "print(json.dumps(failed))\n"
     )
     result = subprocess.run([python, "-c", script, *stack.imports], capture_output=True, text=True)
-    lines = result.stdout.splitlines()
-    if result.returncode != 0 and not lines:
-        lines = [
-            f"importing {', '.join(stack.imports)} crashed: {(result.stderr.strip() or 'no output').splitlines()[-1]}"
-        ]
-    return [f"cannot import {line}: run `vlaeval install {stack.name}`" for line in lines]
+    answered = result.stdout.strip().splitlines()[-1:] if result.returncode == 0 else []
+    try:
+        lines = msgspec.json.decode(answered[0], type=list[str]) if answered else None
+    except msgspec.DecodeError:
+        lines = None
+    if lines is None:
+        last = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
+        lines = [f"importing {', '.join(stack.imports)} crashed: {last}"]
+    return [f"cannot import {line}: run `{fix}`" for line in lines]

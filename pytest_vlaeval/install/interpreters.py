@@ -5,7 +5,7 @@ same files (``version.package_digest``), checked before any episode.
 
 Where they live: ``$VLAEVAL_INTERPRETER_DIR/<name>`` when that is set, else
 ``<the caller's sys.prefix>/vlaeval-interpreters/<name>``: inside the environment that runs pytest,
-so removing that environment removes them too. A benchmark file says ``env.interpreter: NAME``;
+so removing that environment removes them too. A benchmark file says ``install: {own_interpreter: true}`` (the interpreter is named its ``install.stack``);
 ``vlaeval install NAME`` makes it (for a built-in), or a user makes it by hand for their own
 benchmark (any virtual env at that path with this package and the stack in it).
 """
@@ -18,11 +18,15 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install.installer import pip_command, python_range
-from pytest_vlaeval.install.stacks import STACKS, PipStep, Stack
+from pytest_vlaeval.install.stacks import PipStep, Stack, stacks
 from pytest_vlaeval.printable import command_line
 from pytest_vlaeval.version import __version__, package_digest
 
@@ -162,7 +166,7 @@ def interpreter_python_problem(stack: Stack, python: Path) -> str | None:
 def install_command(name: str) -> str | None:
     """The ``vlaeval install`` command that makes interpreter ``name``, for a name that command
     accepts; None for an interpreter a user made for a benchmark of their own."""
-    stack = STACKS.get(name)
+    stack = stacks().get(name)
     if stack is None:
         return None
     return f"vlaeval install {name}" + ("" if stack.own_interpreter else " --own-interpreter")
@@ -236,52 +240,65 @@ def package_step() -> PipStep:
     )
 
 
-PACKAGE_IDENTITY = """
+PROBE = """
 import importlib, json, sys
 sys.path[:] = [entry for entry in sys.path if entry]  # -c's working directory: not the interpreter's own
+path = list(sys.path)
 try:
     version = importlib.import_module("pytest_vlaeval.version")
 except ImportError:
-    print("null")
+    package = None
 else:
     digest = getattr(version, "package_digest", None)
-    print(json.dumps([getattr(version, "__version__", None), digest() if digest else None]))
+    package = [getattr(version, "__version__", None), digest() if digest else None]
+print(json.dumps({"package": package, "path": path}))
 """
-"""Run in the other interpreter: the version and digest of the copy of this package it imports
-from its own packages and ``PYTHONPATH`` (null without one; no digest from a copy older than the
-digest)."""
+"""Run in the other interpreter: its ``sys.path``, and the version and digest of the copy of this
+package it imports from its own packages and ``PYTHONPATH`` (null without one; no digest from a
+copy older than the digest)."""
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What another interpreter said of itself when started once (``probe``)."""
+
+    package: tuple[str | None, str | None] | None
+    """The version and digest of the copy of this package it imports; None without one."""
+    path: tuple[str, ...]
+    """Its ``sys.path``: its standard library and its packages."""
+
+    @property
+    def mismatch(self) -> str | None:
+        """None when it imports this package at this version with these files; else what it holds
+        instead, in words."""
+        if self.package is None:
+            return "no pytest-vlaeval"
+        version, digest = self.package
+        if version != __version__:
+            return f"pytest-vlaeval {version}, not this session's {__version__}"
+        if digest != package_digest():
+            theirs, ours = (digest or "none")[:12], package_digest()[:12]
+            return f"pytest-vlaeval {version} with other files (digest {theirs}, not {ours})"
+        return None
 
 
 def package_mismatch(python: Path) -> str | None:
-    """None when interpreter ``python`` imports this package at this version with these files; else
-    what it holds instead, in words."""
-    found = _package_identity(python)
-    if found is None:
-        return "no pytest-vlaeval"
-    version, digest = found
-    if version != __version__:
-        return f"pytest-vlaeval {version}, not this session's {__version__}"
-    if digest != package_digest():
-        theirs, ours = (digest or "none")[:12], package_digest()[:12]
-        return f"pytest-vlaeval {version} with other files (digest {theirs}, not {ours})"
-    return None
+    """``Probed.mismatch`` of interpreter ``python``."""
+    return probe(python).mismatch
 
 
-def _package_identity(python: Path) -> list[str | None] | None:
-    """``[version, digest]`` of the copy of this package ``python`` imports, None without one;
-    ``SpecError`` in one line when it does not answer (it is not a Python interpreter)."""
+def probe(python: Path) -> Probed:
+    """Start ``python`` once and read what it says of itself; ``SpecError`` in one line when it does
+    not answer (it is not a Python interpreter)."""
     try:
-        done = subprocess.run([str(python), "-c", PACKAGE_IDENTITY], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         problem = str(exc)
     else:
         answered = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
-        try:
-            found = json.loads(answered[0]) if answered else "no answer"
-        except ValueError:
-            found = "no answer"
-        if found is None or (isinstance(found, list) and len(found) == 2):
-            return found
+        with suppress(msgspec.DecodeError):  # a ValidationError too: an answer of another shape
+            if answered:
+                return msgspec.json.decode(answered[0], type=Probed)
         problem = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
     raise SpecError(f"{python} did not say which pytest-vlaeval it holds (is it a Python interpreter?): {problem}")
 

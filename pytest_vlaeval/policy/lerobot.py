@@ -13,6 +13,9 @@ action queue, observation history or temporal ensembler are its alone, and a row
 the batch-of-one ``lerobot-eval`` computes (a batch of several moves the last digits). A policy
 that samples (Diffusion's noise) draws from a torch generator state of its own episode, seeded by
 the task and seed, so an episode's actions never depend on which episodes ran before it.
+
+Torch and LeRobot are imported once, when a checkpoint is loaded (``_load``), so that the module
+stays importable without them.
 """
 
 from __future__ import annotations
@@ -34,8 +37,14 @@ from pytest_vlaeval.policy.contract import EpisodeInfo
 
 @dataclass(frozen=True)
 class _Loaded:
-    """What one checkpoint loads once per server: the policy and the four processor pipelines."""
+    """What one checkpoint loads once per server: the policy and the four processor pipelines, and
+    what each step calls of torch and LeRobot."""
 
+    torch: Any
+    preprocess_observation: Any
+    """LeRobot's ``envs.utils.preprocess_observation``."""
+    action_key: str
+    """LeRobot's ``ACTION``: the key of the action in what the env post-processor takes and gives."""
     policy: Any
     preprocessor: Any
     postprocessor: Any
@@ -54,7 +63,9 @@ def _load(path: str, env_type: str) -> _Loaded:
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.envs.configs import EnvConfig
     from lerobot.envs.factory import make_env_pre_post_processors
+    from lerobot.envs.utils import preprocess_observation
     from lerobot.policies.factory import make_policy, make_pre_post_processors
+    from lerobot.utils.constants import ACTION
 
     torch.backends.cudnn.benchmark = True  # as lerobot-eval's eval_main sets them (CUDA only)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -76,7 +87,17 @@ def _load(path: str, env_type: str) -> _Loaded:
     env_preprocessor, env_postprocessor = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=policy_cfg)
     amp = bool(getattr(policy_cfg, "use_amp", False))
     return _Loaded(
-        policy, preprocessor, postprocessor, env_preprocessor, env_postprocessor, device, amp, _weights_digest(path)
+        torch=torch,
+        preprocess_observation=preprocess_observation,
+        action_key=ACTION,
+        policy=policy,
+        preprocessor=preprocessor,
+        postprocessor=postprocessor,
+        env_preprocessor=env_preprocessor,
+        env_postprocessor=env_postprocessor,
+        device=device,
+        amp=amp,
+        digest=_weights_digest(path),
     )
 
 
@@ -118,33 +139,29 @@ class LeRobotPolicy:
         }
 
     def reset(self, episode: EpisodeInfo) -> None:
-        import torch
-
+        torch = self._loaded.torch
         self._policy.reset()
         with torch.random.fork_rng(devices=self._devices()):
             torch.manual_seed(_torch_seed(episode))
-            self._rng_state = _rng_states(self._devices())
+            self._rng_state = _rng_states(torch, self._devices())
 
     def act(self, obs: dict[str, Any]) -> np.ndarray:
-        import torch
-        from lerobot.envs.utils import preprocess_observation
-        from lerobot.utils.constants import ACTION
-
         loaded = self._loaded
+        torch, action_key = loaded.torch, loaded.action_key
         # lerobot-eval runs the whole rollout under no_grad, and under autocast with use_amp.
         autocast = torch.autocast(device_type=loaded.device.partition(":")[0]) if loaded.amp else nullcontext()
         with torch.no_grad(), autocast:
             arrays = {key: _batched(value) for key, value in obs.items() if key != "instruction"}
-            observation = preprocess_observation(arrays)
+            observation = loaded.preprocess_observation(arrays)
             observation["task"] = [obs.get("instruction", "")]
             observation = loaded.env_preprocessor(observation)
             observation = loaded.preprocessor(observation)
             with torch.random.fork_rng(devices=self._devices()):
-                _set_rng_states(self._rng_state)
+                _set_rng_states(torch, self._rng_state)
                 action = self._policy.select_action(observation)
-                self._rng_state = _rng_states(self._devices())
+                self._rng_state = _rng_states(torch, self._devices())
             action = loaded.postprocessor(action)
-            action = loaded.env_postprocessor({ACTION: action})[ACTION]
+            action = loaded.env_postprocessor({action_key: action})[action_key]
         return action.to("cpu").numpy()
 
     def _devices(self) -> list[int]:
@@ -153,16 +170,12 @@ class LeRobotPolicy:
         return [int(device.partition(":")[2] or 0)] if device.startswith("cuda") else []
 
 
-def _rng_states(devices: list[int]) -> tuple[Any, dict[int, Any]]:
+def _rng_states(torch: Any, devices: list[int]) -> tuple[Any, dict[int, Any]]:
     """Torch's generator states now: the CPU's and each listed CUDA device's."""
-    import torch
-
     return torch.get_rng_state(), {d: torch.cuda.get_rng_state(d) for d in devices}
 
 
-def _set_rng_states(states: tuple[Any, dict[int, Any]]) -> None:
-    import torch
-
+def _set_rng_states(torch: Any, states: tuple[Any, dict[int, Any]]) -> None:
     cpu, cuda = states
     torch.set_rng_state(cpu)
     for device, state in cuda.items():

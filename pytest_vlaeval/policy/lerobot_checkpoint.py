@@ -6,7 +6,7 @@ fields named here are looked at. What a benchmark's observation keys become for 
 is LeRobot's ``preprocess_observation`` naming (``pixels`` -> ``observation.image``, ``agent_pos``
 -> ``observation.state``, ``environment_state`` -> ``observation.environment_state``); a key it
 does not know is counted as not given, and a benchmark whose ``pixels`` is a dict of cameras
-(LeRobot's ``observation.images.<camera>``) is not among those with a ``lerobot_env`` yet.
+(LeRobot's ``observation.images.<camera>``) is not among those with a ``lerobot.env_type`` yet.
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ _RENAMED = {
 def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
     """``SpecError`` in one line when the checkpoint cannot run on ``benchmark``: no LeRobot env for
     it, a missing or incomplete directory, or an input feature the benchmark does not give."""
-    if benchmark.env.lerobot_env is None:
+    if benchmark.lerobot.env_type is None:
         raise SpecError(
-            f"--policy {spec.text!r}: {benchmark.title} names no LeRobot env (lerobot_env in its benchmark file), "
+            f"{spec.option} {spec.text!r}: {benchmark.title} names no LeRobot env (lerobot.env_type in its benchmark file), "
             "so what lerobot-eval would feed the policy is unknown"
         )
     if not spec.path.is_dir():
-        raise SpecError(f"--policy {spec.text!r}: no such directory (a LeRobot pretrained-model directory)")
+        raise SpecError(f"{spec.option} {spec.text!r}: no such directory (a LeRobot pretrained-model directory)")
     missing = [name for name in CHECKPOINT_FILES if not (spec.path / name).is_file()]
     if missing:
         raise SpecError(
-            f"--policy {spec.text!r} is not a complete LeRobot pretrained-model directory: it lacks "
+            f"{spec.option} {spec.text!r} is not a complete LeRobot pretrained-model directory: it lacks "
             f"{', '.join(missing)} (the policy's and its pre/post-processors' save_pretrained write them)"
         )
     config = _config(spec)
@@ -52,13 +52,13 @@ def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
     lacking = [name for name in wanted if name not in given]
     if lacking:
         raise SpecError(
-            f"--policy {spec.text!r} reads {', '.join(lacking)}, which {benchmark.title} does not give "
+            f"{spec.option} {spec.text!r} reads {', '.join(lacking)}, which {benchmark.title} does not give "
             f"(it gives {', '.join(given)})"
         )
     action = _feature_shape(config.get("output_features"), "action")
     if action is not None and action != [benchmark.env.action_dim]:
         raise SpecError(
-            f"--policy {spec.text!r} returns actions of shape {tuple(action)}, where {benchmark.title} takes "
+            f"{spec.option} {spec.text!r} returns actions of shape {tuple(action)}, where {benchmark.title} takes "
             f"({benchmark.env.action_dim},)"
         )
 
@@ -71,9 +71,9 @@ def _config(spec: LeRobotCheckpoint) -> dict[str, Any]:
             raw = file.read(MAX_CONFIG_BYTES + 1)
         config: Any = strict_json.loads(raw.decode("utf-8")) if len(raw) <= MAX_CONFIG_BYTES else None
     except (OSError, ValueError) as exc:
-        raise SpecError(f"--policy {spec.text!r}: cannot read {path.name}: {exc}") from None
+        raise SpecError(f"{spec.option} {spec.text!r}: cannot read {path.name}: {exc}") from None
     if not isinstance(config, dict) or not isinstance(config.get("type"), str):
-        raise SpecError(f"--policy {spec.text!r}: {path.name} is not a LeRobot policy config (no policy 'type')")
+        raise SpecError(f"{spec.option} {spec.text!r}: {path.name} is not a LeRobot policy config (no policy 'type')")
     return config
 
 
@@ -81,7 +81,7 @@ def _input_features(spec: LeRobotCheckpoint, config: dict[str, Any]) -> list[str
     """The names of ``config.json``'s ``input_features``."""
     features = config.get("input_features")
     if not isinstance(features, dict):
-        raise SpecError(f"--policy {spec.text!r}: config.json has no 'input_features' mapping")
+        raise SpecError(f"{spec.option} {spec.text!r}: config.json has no 'input_features' mapping")
     return list(features)
 
 

@@ -8,7 +8,7 @@ server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +26,17 @@ class BuiltinPolicy:
     """One of ``BUILTIN_POLICIES``, made with the benchmark's action dimension."""
 
     name: str
+    option: str = field(default="--policy", compare=False)
+    """The option it was given with, for the messages about it."""
 
     @property
     def text(self) -> str:
         return self.name
+
+    @property
+    def server_args(self) -> tuple[str, ...]:
+        """What ``vlaeval serve --policy TEXT`` needs besides the text to build it: nothing."""
+        return ()
 
     @property
     def identity(self) -> str:
@@ -42,10 +49,17 @@ class LocalPolicy:
 
     module: str
     attr: str
+    option: str = field(default="--policy", compare=False)
+    """The option it was given with, for the messages about it."""
 
     @property
     def text(self) -> str:
         return f"{self.module}:{self.attr}"
+
+    @property
+    def server_args(self) -> tuple[str, ...]:
+        """What ``vlaeval serve --policy TEXT`` needs besides the text to build it: nothing."""
+        return ()
 
     @property
     def identity(self) -> str:
@@ -59,6 +73,8 @@ class LeRobotCheckpoint:
 
     path: Path
     env_type: str | None = None
+    option: str = field(default="--policy", compare=False)
+    """The option it was given with, for the messages about it."""
 
     INTERPRETER = "lerobot"
     """The interpreter of its own it runs in (``vlaeval install lerobot``)."""
@@ -68,11 +84,18 @@ class LeRobotCheckpoint:
         return f"{LEROBOT_PREFIX}{self.path}"
 
     @property
+    def server_args(self) -> tuple[str, ...]:
+        """What ``vlaeval serve --policy TEXT`` needs besides the text to build it: the env type."""
+        return (ENV_TYPE_OPTION, self.env_type) if self.env_type else ()
+
+    @property
     def identity(self) -> str:
         return self.text
 
 
 LEROBOT_PREFIX = "lerobot:"
+ENV_TYPE_OPTION = "--env-type"
+"""``vlaeval serve``'s option for the env type a served spec is parsed with (``parse_local_policy``)."""
 
 LocalSpec = BuiltinPolicy | LocalPolicy | LeRobotCheckpoint
 """What a policy server can serve: a policy it builds itself."""
@@ -91,25 +114,26 @@ def parse_policy(text: str) -> PolicySpec:
     return parse_local_policy(text)
 
 
-def parse_local_policy(text: str, lerobot_env: str | None = None) -> LocalSpec:
-    """A spec a server can serve: a built-in, ``module:attr`` or ``lerobot:PATH`` (its processors
-    those of LeRobot's env ``lerobot_env``), never another server's address."""
+def parse_local_policy(text: str, env_type: str | None = None, option: str = "--policy") -> LocalSpec:
+    """A spec a server can serve, given with ``option``: a built-in, ``module:attr`` or
+    ``lerobot:PATH`` (its processors those of LeRobot's env ``env_type``, the benchmark's), never
+    another server's address."""
     if text in BUILTIN_POLICIES:
-        return BuiltinPolicy(text)
+        return BuiltinPolicy(text, option)
     if text.startswith(LEROBOT_PREFIX):
         path = text.removeprefix(LEROBOT_PREFIX)
         if not path:
-            raise SpecError(f"--policy {text!r}: expected lerobot:PATH, PATH a LeRobot pretrained-model directory")
-        return LeRobotCheckpoint(Path(path).expanduser().resolve(), lerobot_env)  # checkpoints/last is a link
+            raise SpecError(f"{option} {text!r}: expected lerobot:PATH, PATH a LeRobot pretrained-model directory")
+        return LeRobotCheckpoint(Path(path).expanduser().resolve(), env_type, option)  # checkpoints/last is a link
     if "://" in text:
         raise SpecError(
-            f"--policy {text!r} is a policy server's address; a server serves a local policy: "
+            f"{option} {text!r} is a policy server's address; a server serves a local policy: "
             f"module:attr or one of {', '.join(BUILTIN_POLICIES)}"
         )
     reference = split_reference(text)
     if reference is None:
-        raise SpecError(f"--policy {text!r}: expected module:attr or one of {', '.join(BUILTIN_POLICIES)}")
-    return LocalPolicy(*reference)
+        raise SpecError(f"{option} {text!r}: expected module:attr or one of {', '.join(BUILTIN_POLICIES)}")
+    return LocalPolicy(*reference, option)
 
 
 def resolve_policy_factory(spec: LocalSpec) -> Any:
@@ -121,21 +145,24 @@ def resolve_policy_factory(spec: LocalSpec) -> Any:
     try:
         factory = load_reference(spec.module, spec.attr)
     except ImportError as exc:
-        raise SpecError(f"--policy {spec.text!r}: cannot import {spec.module!r}: {exc}") from None
+        raise SpecError(f"{spec.option} {spec.text!r}: cannot import {spec.module!r}: {exc}") from None
     except AttributeError:
-        raise SpecError(f"--policy {spec.text!r}: module {spec.module!r} has no attribute {spec.attr!r}") from None
+        raise SpecError(f"{spec.option} {spec.text!r}: module {spec.module!r} has no attribute {spec.attr!r}") from None
     if not callable(factory):
-        raise SpecError(f"--policy {spec.text!r}: {spec.attr!r} is not a class or factory")
+        raise SpecError(f"{spec.option} {spec.text!r}: {spec.attr!r} is not a class or factory")
     return factory
 
 
 def _lerobot_factory(spec: LeRobotCheckpoint) -> Any:
     if spec.env_type is None:
-        raise SpecError(f"--policy {spec.text!r}: no LeRobot env was named for its observations (lerobot_env)")
+        raise SpecError(
+            f"{spec.option} {spec.text!r}: no LeRobot env type for its observations (the benchmark file's "
+            f"lerobot.env_type; vlaeval serve {ENV_TYPE_OPTION})"
+        )
     try:
         from pytest_vlaeval.policy.lerobot import LeRobotPolicy
     except ImportError as exc:
-        raise SpecError(f"--policy {spec.text!r} runs in LeRobot's interpreter: {exc}") from None
+        raise SpecError(f"{spec.option} {spec.text!r} runs in LeRobot's interpreter: {exc}") from None
     return lambda: LeRobotPolicy(str(spec.path), spec.env_type)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from pytest_vlaeval.errors import ResultsUnwritable
 from pytest_vlaeval.printable import terminal_lines, terminal_safe
 from pytest_vlaeval.report.compare_html import format_difference, render_comparison
-from pytest_vlaeval.report.comparison import Comparison, ComparisonError, compare
+from pytest_vlaeval.report.comparison import TASK, Comparison, ComparisonError, Run, compare
 from pytest_vlaeval.report.markdown import markdown_text
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.store import write_text_atomic
@@ -58,7 +58,10 @@ def markdown_table(comparison: Comparison) -> str:
     lines = [
         f"## {markdown_text(comparison.benchmark)} {markdown_text(comparison.split)}: {len(runs)} runs",
         "",
-        *(f"{n}. {markdown_text(run.label)} (policy {markdown_text(run.policy)})" for n, run in enumerate(runs, 1)),
+        *(
+            f"{n}. {markdown_text(run.label)} (policy {markdown_text(run.policy)}{_metrics(run)})"
+            for n, run in enumerate(runs, 1)
+        ),
         "",
         "SR with its 95% interval; `N - 1`: run N minus run 1, paired on shared seeds "
         "(difference in points [95% interval], paired seeds, the method the gate would use for them).",
@@ -70,8 +73,14 @@ def markdown_table(comparison: Comparison) -> str:
         "| --- |" + " ---: |" * (2 * len(runs) - 1),
     ]
     for row in comparison.rows:
-        name = row.name if row.axis == "task" else f"{row.axis} {row.name}"
+        name = row.name if row.kind == TASK else f"{row.axis} {row.name}"
         cells = ["-" if e is None else f"{pct(e.sr)} {interval(e.interval)}" for e in row.estimates]
         cells += ["-" if d is None else format_difference(d) for d in row.differences]
         lines.append(f"| {markdown_text(name)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _metrics(run: Run) -> str:
+    """The run's own numbers after its policy (``; pc_success 60, avg_max_reward 0.8``), if it has any."""
+    numbers = ", ".join(f"{markdown_text(key)} {value}" for key, value in run.metrics)
+    return f"; {numbers}" if numbers else ""

@@ -58,7 +58,7 @@ def chart(comparison: Comparison) -> dict[str, Any]:
                 "band": band,
                 "bar": {"x": x(first_index), "low": y(first.interval[0]), "high": y(first.interval[1])},
                 "line": " ".join(f"{x(i)},{y(e.sr)}" for i, e in points),
-                "width": 3 if row.axis == OVERALL else 1.5,
+                "width": 3 if row.kind == OVERALL else 1.5,
                 "points": [{"x": x(i), "y": y(e.sr)} for i, e in points],
                 "legend_y": TOP + 14 * number + 6,
             }
@@ -77,7 +77,7 @@ def chart(comparison: Comparison) -> dict[str, Any]:
 
 
 def _curve_name(row: Row) -> str:
-    return f"{row.name} split (overall)" if row.axis == OVERALL else f"{row.axis} {row.name}"
+    return f"{row.name} split (overall)" if row.kind == OVERALL else f"{row.axis} {row.name}"
 
 
 def _short(text: str, limit: int = 28) -> str:

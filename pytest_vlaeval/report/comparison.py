@@ -4,7 +4,12 @@ and each run's paired difference to the first on the seeds both completed.
 A lerobot-eval output directory (or its ``eval_info.json``: ``gate.eval_info``) is a run too: its
 episodes become records, summarised by the same code as ours (``results.canonical``), with the
 benchmark of the first of our runs given, which names its tasks; it keeps no episode lengths,
-which no comparison reads.
+which no comparison reads. Its maximum rewards become the benchmark's extra LeRobot's
+``avg_max_reward`` summarises, where the benchmark has one, so each run's own numbers (``Run.metrics``)
+show theirs beside ours.
+
+A group's row is matched to each run's axis by the axis's field, never its label: a label is
+only what the row is shown as, and may repeat or read like another kind of row (``task``).
 
 The paired difference is the regression gate's own (``gate``: the seed as the unit, per-seed
 differences on the seeds every compared task has in both runs, and the interval of the method
@@ -17,21 +22,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.gate.eval_info import EvalInfoLocation, eval_info_location, read_eval_info
+from pytest_vlaeval.gate.eval_info import EvalInfoLocation, eval_info_location, max_reward_extra, read_eval_info
 from pytest_vlaeval.gate.fixed import paired_interval
 from pytest_vlaeval.gate.sequential import method_for
 from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
-from pytest_vlaeval.report.axes import group_rates, summary_axes
+from pytest_vlaeval.report.axes import benchmark_metrics, group_rates, summary_axes
 from pytest_vlaeval.results.canonical import summary as canonical_summary
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, timestamp
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.runfiles import convert, read_json
 from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
-from pytest_vlaeval.spec import MAX_EPISODES, Selection, load_benchmark
+from pytest_vlaeval.spec import MAX_EPISODES, Axis, Extra, Selection, load_benchmark
 
 PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
 """What runs must share to be compared: the same episodes of the same benchmark."""
@@ -39,6 +44,11 @@ PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n
 
 OVERALL = "overall"
 """The row of the whole selection (the selected split's SR)."""
+GROUP = "group"
+"""A row of one group along an axis."""
+TASK = "task"
+"""A row of one task."""
+RowKind = Literal["overall", "group", "task"]
 
 LEROBOT_EVAL = "lerobot-eval"
 """The policy a lerobot-eval run is shown with (its file does not name the checkpoint)."""
@@ -67,13 +77,17 @@ class PairedDifference:
 
 @dataclass(frozen=True)
 class Row:
+    kind: RowKind
+    """``OVERALL`` (the whole selection), ``GROUP`` or ``TASK``."""
     axis: str
-    """``OVERALL`` for the whole selection, an axis label for a group, ``task`` for a task."""
+    """What the row is shown as: ``overall``, the group's axis label, or ``task``."""
     name: str
     estimates: tuple[Estimate | None, ...]
     """Per run, in the order given; None where the run has no result for the row."""
     differences: tuple[PairedDifference | None, ...]
     """Per run after the first; None where no seed is paired."""
+    field: str | None = None
+    """A group's axis field: what the row is matched to each run's axis by."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,8 @@ class Run:
     label: str
     path: Path
     policy: str
+    metrics: tuple[tuple[str, str], ...] = ()
+    """The benchmark's own numbers of the run (``pc_success``, ``avg_max_reward``...), as text."""
 
 
 @dataclass(frozen=True)
@@ -91,13 +107,14 @@ class Comparison:
     rows: tuple[Row, ...]
     interval_method: str
 
-    def row(self, axis: str, name: str) -> Row:
-        return next(r for r in self.rows if r.axis == axis and r.name == name)
+    def row(self, kind: RowKind, name: str, field: str | None = None) -> Row:
+        """The row of the whole selection, of a task, or of a group along the axis ``field``."""
+        return next(r for r in self.rows if (r.kind, r.name, r.field) == (kind, name, field))
 
     @property
     def curves(self) -> tuple[Row, ...]:
         """The rows drawn across the runs: the split and every group."""
-        return tuple(r for r in self.rows if r.axis != "task")
+        return tuple(r for r in self.rows if r.kind != TASK)
 
 
 def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
@@ -112,6 +129,8 @@ def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
             where = f"{run_dir.summary} ({axis.label} groups)"
             convert(summary.get(axis.summary, {}), dict[str, float], where)
             convert(summary.get(axis.intervals, {}), dict[str, tuple[float, float]], where)
+        metrics = {key: summary.get(key) for key in summary.get("benchmark_metrics", [])}
+        convert(metrics, dict[str, float | None], f"{run_dir.summary} (benchmark_metrics)")
         per_task = [read_json(run_dir.task(env_id), TaskResult, f"results of {env_id}") for env_id in summary["tasks"]]
     except SpecError as exc:
         raise ComparisonError(str(exc)) from None
@@ -131,8 +150,6 @@ def _check_consistent(run_dir: RunDir, summary: Summary, per_task: list[TaskResu
     tasks, axes = summary["tasks"], summary_axes(summary)
     if len(set(tasks)) < len(tasks):
         refuse(run_dir.summary, "tasks names a task twice")
-    if len({axis.label for axis in axes}) < len(axes):
-        refuse(run_dir.summary, "axes gives two axes one label")
     if tasks and (summary["sr_split"] is None or summary["sr_split_ci95"] is None):
         refuse(run_dir.summary, f"sr_split or sr_split_ci95 is null, yet {len(tasks)} tasks have results")
     if summary["sr_split_ci95"] is not None and len(summary["sr_split_ci95"]) != 2:
@@ -180,17 +197,25 @@ def load_lerobot_run(location: EvalInfoLocation, reference: Path, split: str) ->
             f"{location.given}: its seeds run from {seeds[0]} to {seeds[-1]}, more episodes than a run may hold"
         )
     latest = LatestRecords(RunDir(location.file.parent))
+    extra = max_reward_extra(benchmark)
     for task in tasks:
-        for seed, success, sum_reward in zip(task.seeds, task.successes, task.sum_rewards, strict=True):
-            latest.add(_record(task.env_id, seed, success, sum_reward))
+        episodes = zip(task.seeds, task.successes, task.sum_rewards, task.max_rewards, strict=True)
+        for seed, success, sum_reward, max_reward in episodes:
+            latest.add(_record(task.env_id, seed, success, sum_reward, _extras(extra, max_reward)))
     order = {task.env_id: i for i, task in enumerate(benchmark.tasks)}
     selected = sorted((benchmark.task(task.env_id) for task in tasks), key=lambda task: order[task.env_id])
     selection = Selection(benchmark, split, tuple(selected), seeds[0], seeds[-1] - seeds[0] + 1)
     return canonical_summary(selection, latest, interrupted=False)
 
 
-def _record(env_id: str, seed: int, success: bool, sum_reward: float) -> EpisodeRecord:
-    """A lerobot-eval episode as a record: its outcome and return (its length is not in the file)."""
+def _extras(extra: Extra | None, max_reward: float | None) -> dict[str, float] | None:
+    """A lerobot-eval episode's maximum reward as the benchmark's extra LeRobot summarises it by."""
+    return {extra.field: max_reward} if extra is not None and max_reward is not None else None
+
+
+def _record(env_id: str, seed: int, success: bool, sum_reward: float, extras: dict[str, float] | None) -> EpisodeRecord:
+    """A lerobot-eval episode as a record: its outcome, return and maximum reward (its length is
+    not in the file)."""
     return EpisodeRecord(
         task=env_id,
         seed=seed,
@@ -203,6 +228,7 @@ def _record(env_id: str, seed: int, success: bool, sum_reward: float) -> Episode
         worker=LEROBOT_EVAL,
         time=timestamp(),
         model={"name": LEROBOT_EVAL},
+        extras=extras,
     )
 
 
@@ -234,20 +260,20 @@ def compare(runs: Sequence[str | Path]) -> Comparison:
     labels = [p.name for p in paths]
     if len(set(labels)) < len(labels):
         labels = [str(p) for p in paths]
-    rows = [_row(OVERALL, first["selected_split"], loaded, paths, lambda r: True)]
+    rows = [_row(OVERALL, None, first["selected_split"], loaded, lambda r: True)]
     for axis in summary_axes(first):
         names = dict.fromkeys(name for summary, _ in loaded for name, _, _ in group_rates(axis, summary))
         rows += [
-            _row(axis.label, name, loaded, paths, lambda r, f=axis.field, n=name: r[f] == n)  # type: ignore[literal-required]
+            _row(GROUP, axis, name, loaded, lambda r, f=axis.field, n=name: r[f] == n)  # type: ignore[literal-required]
             for name in names
         ]
     tasks = dict.fromkeys(r["env_id"] for _, per_task in loaded for r in per_task)
-    rows += [_row("task", env_id, loaded, paths, lambda r, e=env_id: r["env_id"] == e) for env_id in tasks]
+    rows += [_row(TASK, None, env_id, loaded, lambda r, e=env_id: r["env_id"] == e) for env_id in tasks]
     return Comparison(
         benchmark=first["benchmark"],
         split=first["selected_split"],
         runs=tuple(
-            Run(label, path, str(summary["model"].get("name", "?")))
+            Run(label, path, str(summary["model"].get("name", "?")), tuple(benchmark_metrics(summary)))
             for label, path, (summary, _) in zip(labels, paths, loaded, strict=True)
         ),
         rows=tuple(rows),
@@ -256,33 +282,36 @@ def compare(runs: Sequence[str | Path]) -> Comparison:
 
 
 def _row(
-    axis: str,
+    kind: RowKind,
+    axis: Axis | None,
     name: str,
     loaded: list[tuple[Summary, list[TaskResult]]],
-    paths: list[Path],
     member: Callable[[TaskResult], bool],
 ) -> Row:
-    """The row of the tasks ``member`` picks: each run's SR, and each later run's paired difference."""
+    """The row of the tasks ``member`` picks (a group's along ``axis``): each run's SR, and each
+    later run's paired difference."""
     estimates = tuple(
-        _estimate(axis, name, summary, [r for r in per_task if member(r)]) for summary, per_task in loaded
+        _estimate(kind, axis, name, summary, [r for r in per_task if member(r)]) for summary, per_task in loaded
     )
     first = [r for r in loaded[0][1] if member(r)]
     differences = tuple(_paired([r for r in per_task if member(r)], first) for _, per_task in loaded[1:])
-    return Row(axis, name, estimates, differences)
+    shown = axis.label if axis is not None else kind
+    return Row(kind, shown, name, estimates, differences, axis.field if axis is not None else None)
 
 
-def _estimate(axis: str, name: str, summary: Summary, tasks: list[TaskResult]) -> Estimate | None:
+def _estimate(
+    kind: RowKind, axis: Axis | None, name: str, summary: Summary, tasks: list[TaskResult]
+) -> Estimate | None:
     """A row's SR and interval as the run's summary states them (one owner: ``canonical``)."""
     if not tasks:
         return None
-    if axis == "task":
+    if kind == TASK:
         (task,) = tasks
         return Estimate(task["sr"], (task["sr_ci95"][0], task["sr_ci95"][1]))
-    if axis == OVERALL:
+    if axis is None:
         sr, bounds = summary["sr_split"], summary["sr_split_ci95"]
     else:
-        found = next(a for a in summary_axes(summary) if a.label == axis)
-        sr, bounds = next((s, b) for n, s, b in group_rates(found, summary) if n == name)
+        sr, bounds = next((s, b) for n, s, b in group_rates(axis, summary) if n == name)  # every run has its axes
     assert sr is not None and bounds is not None
     return Estimate(sr, (bounds[0], bounds[1]))
 

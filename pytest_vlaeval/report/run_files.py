@@ -23,10 +23,9 @@ from pytest_vlaeval.report.chart import write_chart
 from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.report.markdown import markdown_report
 from pytest_vlaeval.results.canonical import write_canonical, write_summary
-from pytest_vlaeval.results.eval_info import write_eval_info
 from pytest_vlaeval.results.rundir import RunDir, attempt_write
 from pytest_vlaeval.results.schema import Summary, TaskResult
-from pytest_vlaeval.results.store import write_text_atomic
+from pytest_vlaeval.results.store import write_json_atomic, write_text_atomic
 
 
 @dataclass
@@ -51,7 +50,7 @@ def write_run_files(
     baseline: Baseline | None = None,
     final: bool,
 ) -> Written:
-    """``summary.json``, ``eval_info.json`` (LeRobot's view of the same records: ``results.eval_info``)
+    """``summary.json``, ``eval_info.json`` (LeRobot's view of the same records: ``gate.eval_info``)
     and ``report.html`` (the episodes that flipped against ``baseline``); when
     ``final`` (a session's end, a merge) also every task's ``<ENV_ID>.json`` (as a session goes,
     each is written as its task finishes), ``report.md``, the chart and the GitHub step summary.
@@ -70,7 +69,7 @@ def write_run_files(
             with suppress(OSError):  # the refusal above is what is reported
                 derived.unlink(missing_ok=True)
         return written
-    attempt_write(run_dir.eval_info, lambda: write_eval_info(run_dir, eval_info), written.refused)
+    attempt_write(run_dir.eval_info, lambda: write_json_atomic(run_dir.eval_info, eval_info), written.refused)
     attempt_write(
         run_dir.report_html, lambda: write_report(run_dir, summary, per_task, policy, baseline), written.refused
     )

@@ -10,7 +10,6 @@ reported as an error, never as a failure.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from datetime import datetime, timezone
 from itertools import chain
 from typing import Any, cast
@@ -48,18 +47,6 @@ def ci95_methods(axes: tuple[Axis, ...]) -> dict[str, str]:
     return {**CI95_METHODS, **along}
 
 
-def _made_once(*parts: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """A canonical file's keys and values, in order. The benchmark file names some of the keys, and
-    a file whose names would clash is refused at load (``spec_file.keys_made``), so a key made twice
-    here is a bug: it stops the write rather than overwrite one value with another."""
-    made: dict[str, Any] = {}
-    for key, value in chain.from_iterable(parts):
-        if key in made:
-            raise RuntimeError(f"the canonical key {key!r} is made twice; this is a bug")
-        made[key] = value
-    return made
-
-
 def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) -> TaskResult:
     """One task's canonical JSON from its records (one per seed, any order)."""
     benchmark = selection.benchmark
@@ -68,33 +55,36 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
     successes = [bool(r.success) for r in done]
     returns = [float(r.episode_return) for r in done]
     described = next((r for r in done + errors if r.model is not None), None)
-    result = _made_once(
-        [("env_id", task.env_id)],
-        ((axis.field, task.group(axis)) for axis in benchmark.axes),
-        {
-            "start_seed": selection.start_seed,
-            "n_episodes": len(done),
-            "successes": successes,
-            "returns": returns,
-            "sr": success_rate(sum(successes), len(successes)),
-            "mean_return": finite_mean(returns),
-            "benchmark_commit": benchmark.benchmark_commit,
-        }.items(),
-        ((name, benchmark.env.options[name]) for name in benchmark.reporting.result_fields),
-        {
-            "action_chunk_size": described.chunk_size if described else None,
-            "model": described.model if described else {},
-            "episode_lengths": [int(r.length) for r in done],
-            "episode_seeds": [r.seed for r in done],
-            # Additions to the reference schema.
-            "sr_ci95": list(wilson(sum(successes), len(successes))),
-            "n_expected": selection.episodes,
-            "n_errors": len(errors),
-            "errors": [{"seed": r.seed, "message": r.message} for r in errors],
-            "complete": len(done) == selection.episodes,
-            "render_backend": described.render_backend if described else None,
-        }.items(),
-        ((extra.summary, extra.reduced(extra_values(done, extra))) for extra in benchmark.reporting.extras),
+    # The benchmark file names some keys; load refuses one that would clash (``spec_file.keys_made``).
+    result = dict(
+        chain(
+            [("env_id", task.env_id)],
+            ((axis.field, task.group(axis)) for axis in benchmark.axes),
+            {
+                "start_seed": selection.start_seed,
+                "n_episodes": len(done),
+                "successes": successes,
+                "returns": returns,
+                "sr": success_rate(sum(successes), len(successes)),
+                "mean_return": finite_mean(returns),
+                "benchmark_commit": benchmark.benchmark_commit,
+            }.items(),
+            ((name, benchmark.env.options[name]) for name in benchmark.reporting.result_fields),
+            {
+                "action_chunk_size": described.chunk_size if described else None,
+                "model": described.model if described else {},
+                "episode_lengths": [int(r.length) for r in done],
+                "episode_seeds": [r.seed for r in done],
+                # Additions to the reference schema.
+                "sr_ci95": list(wilson(sum(successes), len(successes))),
+                "n_expected": selection.episodes,
+                "n_errors": len(errors),
+                "errors": [{"seed": r.seed, "message": r.message} for r in errors],
+                "complete": len(done) == selection.episodes,
+                "render_backend": described.render_backend if described else None,
+            }.items(),
+            ((extra.summary, extra.reduced(extra_values(done, extra))) for extra in benchmark.reporting.extras),
+        )
     )
     return cast(TaskResult, result)
 
@@ -145,60 +135,62 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
     reporting = selection.benchmark.reporting
     pooled = pooled_fields(reporting, completed, n_successes)
     means = _mean_of_groups(reporting, by_axis)
-    body = _made_once(
-        {
-            "split": splits.pop() if len(splits) == 1 else "Custom",
-            "sr_split": group_sr(per_task_sr.values()) if per_task else None,
-            "tasks": list(per_task_sr),
-            "per_task_sr": per_task_sr,
-            "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
-            # Additions to the reference schema.
-            "benchmark": selection.benchmark.title,
-            "benchmark_version": selection.benchmark.version,
-            "benchmark_commit": selection.benchmark.benchmark_commit,
-            "selected_split": selection.split,
-            "sr_split_ci95": _group_interval(per_task) if per_task else None,
-        }.items(),
-        ((a.summary, {g: group_sr(r["sr"] for r in group) for g, group in by_axis[a].items()}) for a in axes),
-        ((a.intervals, {g: _group_interval(group) for g, group in by_axis[a].items()}) for a in axes),
-        {
-            "axes": [
-                {"field": a.field, "label": a.label, "summary": a.summary, "intervals": a.intervals} for a in axes
-            ],
-            "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
-            "ci95_methods": ci95_methods(axes),
-            "start_seed": selection.start_seed,
-            "n_episodes_per_task": selection.episodes,
-            "canonical_protocol": selection.is_canonical,
-            "action_chunk_size": first.get("action_chunk_size"),
-            "model": first.get("model", {}),
-            "render_backend": first.get("render_backend"),
-            "sr_pooled": success_rate(n_successes, len(completed)) if completed else None,
-            "sr_pooled_ci95": list(wilson(n_successes, len(completed))) if completed else None,
-        }.items(),
-        pooled,
-        means,
-        {
-            "benchmark_metrics": [key for key, _ in (*pooled, *means)],
-            **(
-                {"grid": grid_summary(grid, per_task, selection.benchmark.unavailable_splits)}
-                if (grid := reporting.grid)
-                else {}
-            ),
-            "privileged_info_to_policy": False,
-            "n_tasks_expected": len(selection.tasks),
-            "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],
-            "n_expected": len(universe),
-            "n_completed": len(completed),
-            "n_errors": len(errored),
-            "n_missing": n_missing,
-            "errored_episodes": [{"task": r.task, "seed": r.seed, "message": r.message} for r in errored],
-            "rerolled_failures": rerolled,
-            "n_rerolled": len(rerolled),
-            "partial": interrupted or len(completed) != len(universe),
-            "interrupted": interrupted,
-            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }.items(),
+    body = dict(
+        chain(
+            {
+                "split": splits.pop() if len(splits) == 1 else "Custom",
+                "sr_split": group_sr(per_task_sr.values()) if per_task else None,
+                "tasks": list(per_task_sr),
+                "per_task_sr": per_task_sr,
+                "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
+                # Additions to the reference schema.
+                "benchmark": selection.benchmark.title,
+                "benchmark_version": selection.benchmark.version,
+                "benchmark_commit": selection.benchmark.benchmark_commit,
+                "selected_split": selection.split,
+                "sr_split_ci95": _group_interval(per_task) if per_task else None,
+            }.items(),
+            ((a.summary, {g: group_sr(r["sr"] for r in group) for g, group in by_axis[a].items()}) for a in axes),
+            ((a.intervals, {g: _group_interval(group) for g, group in by_axis[a].items()}) for a in axes),
+            {
+                "axes": [
+                    {"field": a.field, "label": a.label, "summary": a.summary, "intervals": a.intervals} for a in axes
+                ],
+                "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
+                "ci95_methods": ci95_methods(axes),
+                "start_seed": selection.start_seed,
+                "n_episodes_per_task": selection.episodes,
+                "canonical_protocol": selection.is_canonical,
+                "action_chunk_size": first.get("action_chunk_size"),
+                "model": first.get("model", {}),
+                "render_backend": first.get("render_backend"),
+                "sr_pooled": success_rate(n_successes, len(completed)) if completed else None,
+                "sr_pooled_ci95": list(wilson(n_successes, len(completed))) if completed else None,
+            }.items(),
+            pooled,
+            means,
+            {
+                "benchmark_metrics": [key for key, _ in (*pooled, *means)],
+                **(
+                    {"grid": grid_summary(grid, per_task, selection.benchmark.unavailable_splits)}
+                    if (grid := reporting.grid)
+                    else {}
+                ),
+                "privileged_info_to_policy": False,
+                "n_tasks_expected": len(selection.tasks),
+                "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],
+                "n_expected": len(universe),
+                "n_completed": len(completed),
+                "n_errors": len(errored),
+                "n_missing": n_missing,
+                "errored_episodes": [{"task": r.task, "seed": r.seed, "message": r.message} for r in errored],
+                "rerolled_failures": rerolled,
+                "n_rerolled": len(rerolled),
+                "partial": interrupted or len(completed) != len(universe),
+                "interrupted": interrupted,
+                "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }.items(),
+        )
     )
     return cast(Summary, body), per_task
 

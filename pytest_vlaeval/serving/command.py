@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.policy.loading import LocalSpec, parse_local_policy
+from pytest_vlaeval.policy.loading import ENV_TYPE_OPTION, LocalSpec, parse_local_policy
 from pytest_vlaeval.serving.server.connection import ServerConfig
 from pytest_vlaeval.serving.server.logs import RepeatedLines
 from pytest_vlaeval.serving.server.policy_server import PolicyServer
@@ -55,7 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="module:attr (class or factory), a built-in: random, zero, or lerobot:PATH (in LeRobot's interpreter)",
     )
     parser.add_argument(
-        "--lerobot-env", metavar="TYPE", help="for lerobot:PATH: LeRobot's env type whose processors it uses (pusht...)"
+        ENV_TYPE_OPTION,
+        metavar="TYPE",
+        help="the benchmark's env type, for a policy that adapts to it (lerobot:PATH: LeRobot's, whose processors it uses)",
     )
     default = ServerConfig()  # the one owner of the server's defaults
     for name, (kind, meaning) in SETTINGS.items():
@@ -75,9 +77,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        policy = parse_local_policy(
-            args.policy, args.lerobot_env
-        )  # a server serves a local policy; it never proxies another server
+        policy = parse_local_policy(args.policy, args.env_type)  # a local policy; a server never proxies another
     except SpecError as exc:
         print(f"vlaeval serve: error: {exc}", file=sys.stderr)
         return 2

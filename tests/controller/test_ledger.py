@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.results.latest import LatestRecords
-from pytest_vlaeval.results.record import ERROR, SUCCESS, EpisodeRecord
+from pytest_vlaeval.results.record import ERROR, MAX_ATTEMPT, SUCCESS, EpisodeRecord, record_line
 from pytest_vlaeval.results.rundir import RunDir
 
 
@@ -58,3 +59,12 @@ def test_a_crash_is_retried_as_often_as_asked(tmp_path: Path) -> None:
     ledger = Ledger(LatestRecords(RunDir(tmp_path)), retries=2)
     ledger.schedule([("s::A::1", ("A", 1))])
     assert [ledger.retry_crash("s::A::1") for _ in range(3)] == [True, True, False]
+
+
+def test_an_episode_at_the_last_attempt_number_keeps_it_and_the_next_record_is_still_stored(tmp_path: Path) -> None:
+    """A received log may hold an attempt numbered ``MAX_ATTEMPT``: one past it no log would take."""
+    latest = LatestRecords(RunDir(tmp_path))
+    latest.add(dataclasses.replace(record("A", 1, ERROR), attempt=MAX_ATTEMPT))
+    numbered = Ledger(latest, retries=0).number(dataclasses.replace(record("A", 1), time="2026-01-02T00:00:00+00:00"))
+    assert numbered.attempt == MAX_ATTEMPT and latest[("A", 1)] is numbered
+    record_line(numbered)  # the store's check: no ValueError

@@ -60,3 +60,37 @@ def test_outcomes_records_and_canonical_json(fake: pytest.Pytester) -> None:
             f"vlaeval: Beta-v0 SR {100 * beta['sr']:.1f}% (3/3, 0 errors) | 6/6 episodes, 0m0?s, done",
         ]
     )
+
+
+DEEP = """
+import numpy as np
+
+class Deep:
+    chunk_size = 1
+
+    def __init__(self):
+        layers = 1
+        for _ in range(70):  # deeper than any file of the run may nest
+            layers = [layers]
+        self.config = {"layers": layers}
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        return np.zeros(7)
+"""
+
+
+def test_a_record_the_store_cannot_write_is_a_harness_error_and_the_run_goes_on(fake: pytest.Pytester) -> None:
+    fake.makepyfile(deep=DEEP)
+    result = fake.runpytest(*SHORT, "--policy=deep:Deep", "-rA", "-p", "no:cacheprovider")
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert set(outcomes_by_id(result).values()) == {"ERROR"} and len(outcomes_by_id(result)) == 6
+    result.assert_outcomes(errors=6)
+    records = episode_records(run_dir(fake))
+    assert len(records) == 6
+    for record in records.values():
+        assert (record["outcome"], record["error_kind"], record["model"]) == ("error", "harness", None)
+        assert record["message"] == "the record of this episode cannot be stored: nested deeper than 64 levels"
+    assert read_json(run_dir(fake) / "summary.json")["n_errors"] == 6

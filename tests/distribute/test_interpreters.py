@@ -1,4 +1,4 @@
-"""A benchmark whose workers run in an interpreter of its own (``env.interpreter``), on the fake
+"""A benchmark whose workers run in an interpreter of its own (``install.own_interpreter``), on the fake
 benchmark: real sessions from this interpreter, real xdist workers started in the other.
 
 The other interpreter here is a second virtual env over this one's packages (its own prefix, its
@@ -77,8 +77,7 @@ def fake_yaml(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Pat
     root = pytester.path / "other-interpreters"
     monkeypatch.setenv(INTERPRETER_DIR_ENV, str(root))
     data = yaml.safe_load((TESTS / "fake.yaml").read_text())
-    data["env"]["interpreter"] = "fakesim"
-    data["env"]["packages"] = ["numpy"]
+    data["install"] = {"stack": "fakesim", "own_interpreter": True, "record": ["numpy"]}
     path = pytester.path / "fake.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     pytester.makepyfile(where_policy=RECORDS_PREFIX, refusing_policy=REFUSES_THE_OTHER)
@@ -210,3 +209,22 @@ def test_a_policy_that_cannot_import_there_is_one_line_naming_vla_serve(pytester
     records = episode_records(run_dir(pytester))
     assert served.ret == 1 and len(records) == 6, served.stdout.str()
     assert {r["outcome"] for r in records.values()} == {"failure"}
+
+
+def test_the_session_starts_the_benchmarks_interpreter_once_before_its_worker(
+    pytester: pytest.Pytester, other: Path
+) -> None:
+    """Its package check and its ``sys.path`` (the workers' path) come from one start: every start
+    costs an interpreter's imports, Meta-World's seconds. Its python here logs each start."""
+    python = other / "bin" / "python"
+    real = python.resolve()
+    starts = pytester.path / "starts.txt"
+    python.unlink()
+    python.write_text(
+        f'#!/bin/bash\necho "$1" >> {shlex.quote(str(starts))}\nexec -a "$0" {shlex.quote(str(real))} "$@"\n'
+    )
+    python.chmod(0o755)
+    result = pytester.runpytest_subprocess("--benchmark=fake.yaml:short", "--policy=zero", "-p", "no:cacheprovider")
+    assert result.ret == 1, result.stdout.str()  # the zero action fails every episode; none errors
+    assert starts.read_text().split() == ["-c", "-u"]  # the check, then the one worker (xdist's -u)
+    assert {r["outcome"] for r in episode_records(run_dir(pytester)).values()} == {"failure"}

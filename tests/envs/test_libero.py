@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from episode_digest import read_digests
-from helpers import ROOT, capped_benchmark, digesting_session, episode_records, read_json
+from helpers import ROOT, capped_benchmark, digesting_session, episode_records, read_json, together
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
@@ -35,13 +35,45 @@ TASKS = (
 POLICY = "libero_reference:Deterministic"
 
 
+REVERSED = """import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items):
+    yield
+    items.reverse()
+"""
+
+
 @pytest.fixture(scope="module")
-def reference() -> list[dict]:
-    """Episodes 0, 1, 2 of TASKS[0] as the harnesses run them: fresh env, seed 7 once, in order."""
+def runs(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> list:
+    """Episodes 0, 1, 2 of TASKS[0] as the harnesses run them (fresh env, seed 7 once, in order), in
+    this process while real sessions run in their own, all at the same time: under -n 2, both
+    tasks' episodes 0 and 1; episode 2 alone; episodes 0-2 in one lockstep block, in reverse order.
+    Each session: its process, its run's folder and its digests."""
     libero.set_gl_backend("auto")
     from libero_reference import reference_episodes
 
-    return reference_episodes("libero_spatial", 0, 3, STEPS, seed=7)
+    sessions = {
+        "parallel": ("--episodes=2", "-n", "2"),
+        "alone": ("--vla-start-seed=2", "--episodes=1"),
+        "lockstep": ("--episodes=3", "--vla-lockstep=3"),
+    }
+    folders = {name: tmp_path_factory.mktemp(name) for name in sessions}
+    (folders["lockstep"] / "conftest.py").write_text(REVERSED)
+
+    def session(name: str) -> tuple:
+        proc, run_dir = run_session(folders[name], short_benchmark, *sessions[name])
+        return proc, run_dir, digests(folders[name])
+
+    return together(
+        lambda: reference_episodes("libero_spatial", 0, 3, STEPS, seed=7),
+        *(lambda name=name: session(name) for name in sessions),
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(runs: list) -> list[dict]:
+    return runs[0]
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +95,8 @@ def digests(directory: Path) -> dict[tuple[str, int], dict]:
 
 
 @pytest.fixture(scope="module")
-def parallel(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> tuple:
-    directory = tmp_path_factory.mktemp("parallel")
-    proc, run_dir = run_session(directory, short_benchmark, "--episodes=2", "-n", "2")
-    return proc, run_dir, digests(directory)
+def parallel(runs: list) -> tuple:
+    return runs[1]
 
 
 def test_out_of_order_episodes_equal_the_harness_loop(reference: list[dict]) -> None:
@@ -137,32 +167,24 @@ def test_xdist_session_items_json_and_parity(parallel: tuple, reference: list[di
     assert packages["robosuite"] == "1.4.0" and packages["numpy"].startswith("1.26")
 
 
-def test_episode_alone_on_a_fresh_worker_replays_and_matches(
-    tmp_path: Path, short_benchmark: Path, reference: list[dict]
-) -> None:
+def test_episode_alone_on_a_fresh_worker_replays_and_matches(runs: list, reference: list[dict]) -> None:
     """Episode 2 run by itself (a rerun, a shard) replays two resets and is still episode 2."""
-    proc, run_dir = run_session(tmp_path, short_benchmark, "--vla-start-seed=2", "--episodes=1")
+    proc, run_dir, seen = runs[2]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"libero-spatial::{TASKS[0]}::2 " in proc.stdout
-    assert digests(tmp_path)[(TASKS[0], 2)] == reference[2]
+    assert seen[(TASKS[0], 2)] == reference[2]
     records = episode_records(run_dir)
     assert records[(TASKS[0], 2)]["extras"] == {"replayed_resets": 2}
     assert read_json(run_dir / "summary.json")["replayed_resets"] == 4  # 2 per task
 
 
-def test_a_lockstep_block_starts_each_episode_from_its_own_initial_state(
-    tmp_path: Path, short_benchmark: Path, reference: list[dict]
-) -> None:
+def test_a_lockstep_block_starts_each_episode_from_its_own_initial_state(runs: list, reference: list[dict]) -> None:
     """Episodes 0-2 stepped together on one worker, in reverse order, are the reference's: a row's
     initial state is its seed's, never where another row of the block left the simulator (LeRobot's
     vector envs autoreset, so with batch_size > 1 its initial states shift with who ended when)."""
-    (tmp_path / "conftest.py").write_text(
-        "import pytest\n\n@pytest.hookimpl(wrapper=True)\ndef pytest_collection_modifyitems(items):\n"
-        "    yield\n    items.reverse()\n"
-    )
-    proc, run_dir = run_session(tmp_path, short_benchmark, "--episodes=3", "--vla-lockstep=3")
+    proc, run_dir, seen = runs[3]
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert [digests(tmp_path)[(TASKS[0], k)] for k in range(3)] == reference
+    assert [seen[(TASKS[0], k)] for k in range(3)] == reference
     records = episode_records(run_dir)
     assert {records[(TASKS[0], k)]["lockstep"] for k in range(3)} == {3}
 

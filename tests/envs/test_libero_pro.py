@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TESTS, capped_benchmark, digesting_session, episode_records, read_json
+from helpers import ROOT, TESTS, capped_benchmark, digesting_session, episode_records, read_json, together
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
@@ -45,8 +45,7 @@ BDDL_SAYS = "pick the akita black bowl not between the plate and the ramekin and
 POLICY = "libero_reference:Deterministic"
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+def reference_episodes(folder: Path) -> dict[str, list[dict]]:
     """Episodes 0..EPISODES-1 of both tasks as LIBERO-PRO's runner runs them, the two tasks in two
     processes at once (each is one env, run in order, as the runner runs a task)."""
     code = (
@@ -59,7 +58,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]
         "    json.dump(episodes, stream)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    folder = tmp_path_factory.mktemp("reference")
     outputs = {env_id: folder / f"{env_id}.json" for env_id in SUITES}
     logs = {env_id: folder / f"{env_id}.log" for env_id in SUITES}
     procs = {}
@@ -85,18 +83,25 @@ def short_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> tuple:
-    """A real session in its own process: both tasks, EPISODES episodes each, two xdist workers,
-    the deterministic policy writing each episode's digest."""
-    return digesting_session(
-        tmp_path_factory.mktemp("session"),
-        f"--benchmark={short_benchmark}",
-        f"--vla-tasks={','.join(SUITES)}",
-        f"--policy={POLICY}",
-        f"--episodes={EPISODES}",
-        "-n",
-        "2",
+def runs(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> list:
+    """A real session in its own process (both tasks, EPISODES episodes each, two xdist workers, the
+    deterministic policy writing each episode's digest) and the reference episodes, at the same time."""
+    directory, folder = tmp_path_factory.mktemp("session"), tmp_path_factory.mktemp("reference")
+    args = [f"--benchmark={short_benchmark}", f"--vla-tasks={','.join(SUITES)}", f"--policy={POLICY}"]
+    return together(
+        lambda: digesting_session(directory, *args, f"--episodes={EPISODES}", "-n", "2"),
+        lambda: reference_episodes(folder),
     )
+
+
+@pytest.fixture(scope="module")
+def session(runs: list) -> tuple:
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def reference(runs: list) -> dict[str, list[dict]]:
+    return runs[1]
 
 
 def test_the_policy_gets_the_bddl_instruction_not_the_file_name(session: tuple) -> None:

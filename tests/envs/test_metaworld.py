@@ -3,7 +3,7 @@ is no GPU), in Meta-World's own interpreter.
 
 Meta-World needs gymnasium >= 1.1 and numpy 2, so this process (the project's environment) never
 imports it: sessions start as a user starts them, ``python -m pytest --benchmark=...`` from here,
-and the benchmark file's ``interpreter: metaworld`` puts their workers in Meta-World's interpreter;
+and the benchmark file's ``install: {own_interpreter: true}`` puts their workers in Meta-World's interpreter;
 the reference loop (``metaworld_reference``) and the other checks run there as subprocesses. Small
 on purpose (a step and its 480x480 render cost about 0.08 s on a CPU): three tasks (easy, medium,
 very hard), seeds 1000-1002, episodes capped at STEPS steps by a copy of the benchmark file, and

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import episode_records, read_json
+from helpers import episode_records, read_json, together
 
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
@@ -30,19 +30,22 @@ SEEDS = (4242424242, 4242424243)
 YCB_TASK = "ShellGameTouch-VLA-v0"
 
 
-def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """A real pytest session in its own process, as a user would start it."""
+def run_pytest(directory: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """A real pytest session in its own process, as a user would start it (in ``env``, else this
+    process's environment)."""
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *args], cwd=directory, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "pytest", *args], cwd=directory, capture_output=True, text=True, timeout=900, env=env
     )
 
 
-def run_session(directory: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def run_session(
+    directory: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     """A real pytest session evaluating TASKS (and one YCB task) with the random policy."""
     directory.mkdir(parents=True, exist_ok=True)
     tasks = ",".join((*TASKS, YCB_TASK))
     args = ["--benchmark=short", f"--vla-tasks={tasks}", "--episodes=2", "-p", "no:cacheprovider", "-rA", "-vv"]
-    proc = run_pytest(directory, *args, *extra, "--rootdir", str(directory))
+    proc = run_pytest(directory, *args, *extra, "--rootdir", str(directory), env=env)
     (run_dir,) = (directory / "results").iterdir()
     return proc, run_dir
 
@@ -51,16 +54,80 @@ def comparable(records: dict) -> dict:
     return {key: (r["success"], r["episode_return"], r["length"]) for key, r in records.items() if key[0] in TASKS}
 
 
-@pytest.fixture(scope="module")
-def parallel(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """Under -n 2 in lockstep blocks of two seeds, which must give the serial session's lone
-    records (one session for both properties: real episodes are the suite's costliest part)."""
-    return run_session(tmp_path_factory.mktemp("parallel"), "-n", "2", "--vla-lockstep=2")
+def reference_episodes() -> dict[tuple[str, int], tuple[bool, float, int]]:
+    """TASKS' SEEDS through the package's own ``run_episode``, each episode on a freshly built env,
+    our random policy."""
+    import gymnasium as gym
+    from mikasa_robo_suite.vla import benchmarking
+    from mikasa_robo_suite.vla.utils.apply_wrappers import apply_mikasa_vla_wrappers
+
+    from pytest_vlaeval.envs import vulkan
+
+    vulkan.set_backend_env("cpu")
+    vulkan.apply_cpu_patches()
+
+    class ReferencePolicy:
+        """Our random policy behind the reference runner's ``forward`` interface."""
+
+        def __init__(self, task: str, seed: int) -> None:
+            self.policy = RandomPolicy()
+            self.chunk_size = self.policy.chunk_size
+            self.policy.reset(EpisodeInfo(task=task, seed=seed, instruction="", episode_index=0, max_steps=0))
+
+        def forward(self, obs):
+            return benchmarking.torch.as_tensor(self.policy.act(obs))
+
+    reference = {}
+    for env_id in TASKS:
+        for seed in SEEDS:
+            # The reference's make_benchmark_env with its exact settings; render_backend="cpu" is
+            # the one addition the CPU path needs (its default asks for CUDA).
+            env = gym.make(
+                env_id,
+                num_envs=1,
+                obs_mode=benchmarking.OBS_MODE,
+                control_mode=benchmarking.CONTROL_MODE,
+                reward_mode=benchmarking.REWARD_MODE,
+                render_mode="all",
+                sim_backend="cpu",
+                render_backend="cpu",
+            )
+            env = apply_mikasa_vla_wrappers(env, include_overlays=False)
+            try:
+                result, _ = benchmarking.run_episode(env, ReferencePolicy(env_id, seed), seed)
+            finally:
+                env.close()
+            reference[(env_id, seed)] = (result.success_once, result.episode_return, result.n_steps)
+    return reference
 
 
 @pytest.fixture(scope="module")
-def serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    return run_session(tmp_path_factory.mktemp("serial"))
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list:
+    """At the same time: the reference episodes in this process, the serial session, and one under
+    -n 2 in lockstep blocks of two seeds, which must give the serial session's lone records (one
+    session for each order, shared by the assertions: real episodes are the suite's costliest part)."""
+    parallel, serial = tmp_path_factory.mktemp("parallel"), tmp_path_factory.mktemp("serial")
+    env = dict(os.environ)  # the sessions' environment, before the reference sets its render backend here
+    return together(
+        reference_episodes,
+        lambda: run_session(parallel, "-n", "2", "--vla-lockstep=2", env=env),
+        lambda: run_session(serial, env=env),
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(runs: list) -> dict[tuple[str, int], tuple[bool, float, int]]:
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def parallel(runs: list) -> tuple[subprocess.CompletedProcess[str], Path]:
+    return runs[1]
+
+
+@pytest.fixture(scope="module")
+def serial(runs: list) -> tuple[subprocess.CompletedProcess[str], Path]:
+    return runs[2]
 
 
 def test_xdist_session_writes_canonical_json(parallel: tuple[subprocess.CompletedProcess[str], Path]) -> None:
@@ -149,49 +216,8 @@ def test_lockstep_blocks_give_the_lone_records_in_any_order(parallel, serial) ->
     assert runner.env_builds == 1, "one block of envs for the task"
 
 
-def test_parity_with_the_reference_run_episode_on_fresh_envs(serial) -> None:
+def test_parity_with_the_reference_run_episode_on_fresh_envs(serial, reference) -> None:
     """The package's own ``run_episode``, each episode on a freshly built env, same policy."""
-    import gymnasium as gym
-    from mikasa_robo_suite.vla import benchmarking
-    from mikasa_robo_suite.vla.utils.apply_wrappers import apply_mikasa_vla_wrappers
-
-    from pytest_vlaeval.envs import render
-
-    render.set_backend_env("cpu")
-    render.apply_cpu_patches()
-
-    class ReferencePolicy:
-        """Our random policy behind the reference runner's ``forward`` interface."""
-
-        def __init__(self, task: str, seed: int) -> None:
-            self.policy = RandomPolicy()
-            self.chunk_size = self.policy.chunk_size
-            self.policy.reset(EpisodeInfo(task=task, seed=seed, instruction="", episode_index=0, max_steps=0))
-
-        def forward(self, obs):
-            return benchmarking.torch.as_tensor(self.policy.act(obs))
-
-    reference = {}
-    for env_id in TASKS:
-        for seed in SEEDS:
-            # The reference's make_benchmark_env with its exact settings; render_backend="cpu" is
-            # the one addition the CPU path needs (its default asks for CUDA).
-            env = gym.make(
-                env_id,
-                num_envs=1,
-                obs_mode=benchmarking.OBS_MODE,
-                control_mode=benchmarking.CONTROL_MODE,
-                reward_mode=benchmarking.REWARD_MODE,
-                render_mode="all",
-                sim_backend="cpu",
-                render_backend="cpu",
-            )
-            env = apply_mikasa_vla_wrappers(env, include_overlays=False)
-            try:
-                result, _ = benchmarking.run_episode(env, ReferencePolicy(env_id, seed), seed)
-            finally:
-                env.close()
-            reference[(env_id, seed)] = (result.success_once, result.episode_return, result.n_steps)
     assert comparable(episode_records(serial[1])) == reference
 
 
@@ -220,7 +246,7 @@ def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
 
 def test_render_check_passes_on_this_machine() -> None:
     check = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval.envs.render", "auto"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "pytest_vlaeval.envs.vulkan", "auto"], capture_output=True, text=True, timeout=300
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.strip().splitlines()[-1] in ("cpu", "gpu")
@@ -274,7 +300,7 @@ def test_a_render_backend_that_cannot_work_fails_fast_in_one_line(tmp_path: Path
 
     forced_gpu = ["--benchmark=short", "--vla-tasks=RememberColor3-VLA-v0", "--episodes=1", "--vla-render=gpu"]
     check = subprocess.run(
-        [sys.executable, "-m", "pytest_vlaeval.envs.render", "gpu"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "pytest_vlaeval.envs.vulkan", "gpu"], capture_output=True, text=True, timeout=300
     )
     if torch.cuda.is_available():
         assert check.returncode == 0 and check.stdout.strip().endswith("gpu"), check.stdout + check.stderr
@@ -310,10 +336,21 @@ def test_the_reference_order_equals_the_shipped_runner_bit_for_bit(tmp_path: Pat
     scripts = Path(__file__).resolve().parents[2] / "scripts"
     tasks = ("RememberColor3-VLA-v0", "FindImposterColor3-VLA-v0")  # 25 steps each
     shipped_json = tmp_path / "shipped.json"
-    reference = subprocess.run(
-        [sys.executable, str(scripts / "bench_reference_order.py"), f"--tasks={','.join(tasks)}", "--seeds=3",
-         "--policies=observed", "--render=cpu", "--jobs=2", "--shipped-only", f"--json={shipped_json}"],
-        capture_output=True, text=True, timeout=900,
+    session = tmp_path / "session"
+    session.mkdir()
+    reference, proc = together(  # the shipped runner and the session at once: neither reads the other
+        lambda: subprocess.run(
+            [sys.executable, str(scripts / "bench_reference_order.py"), f"--tasks={','.join(tasks)}", "--seeds=3",
+             "--policies=observed", "--render=cpu", "--jobs=2", "--shipped-only", f"--json={shipped_json}"],
+            capture_output=True, text=True, timeout=900,
+        ),
+        lambda: subprocess.run(
+            [sys.executable, "-m", "pytest", "--benchmark=short", f"--vla-tasks={','.join(tasks)}", "--episodes=3",
+             "--policy=bench_reference_order:Observed", "--vla-reference-order", "-n", "2", "--vla-render=cpu",
+             "-p", "no:cacheprovider", "--rootdir", str(session)],
+            cwd=session, capture_output=True, text=True, timeout=900,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(scripts), os.environ.get("PYTHONPATH")]))},
+        ),
     )  # fmt: skip
     assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
     shipped = {
@@ -321,15 +358,6 @@ def test_the_reference_order_equals_the_shipped_runner_bit_for_bit(tmp_path: Pat
         for result in json.loads(shipped_json.read_text())
         for i, (success, length, ret) in enumerate(result["policies"]["observed"]["shipped"])
     }
-    session = tmp_path / "session"
-    session.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--benchmark=short", f"--vla-tasks={','.join(tasks)}", "--episodes=3",
-         "--policy=bench_reference_order:Observed", "--vla-reference-order", "-n", "2", "--vla-render=cpu",
-         "-p", "no:cacheprovider", "--rootdir", str(session)],
-        cwd=session, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(scripts), os.environ.get("PYTHONPATH")]))},
-    )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = (session / "results").iterdir()
     ours = {key: (r["success"], r["length"], r["episode_return"]) for key, r in episode_records(run).items()}

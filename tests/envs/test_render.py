@@ -1,4 +1,4 @@
-"""Render backends (``render``): GPU or software Vulkan, lavapipe found and sized to a worker's
+"""Render backends (``render``, ``vulkan``): GPU or software Vulkan, lavapipe found and sized to a worker's
 share of the cores, the user's own settings kept, and one actionable line when it is missing."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import environ_restored
 
-from pytest_vlaeval.envs import render
+from pytest_vlaeval.envs import render, vulkan
 
 
 @pytest.fixture(autouse=True)
@@ -23,10 +23,10 @@ def _render_variables_restored() -> Iterator[None]:
 
 
 def test_lavapipe_icd_is_found_by_pattern(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path / "none"), str(tmp_path)))
-    assert render.find_lavapipe_icd() is None
+    monkeypatch.setattr(vulkan, "ICD_DIRS", (str(tmp_path / "none"), str(tmp_path)))
+    assert vulkan.find_lavapipe_icd() is None
     (tmp_path / "lvp_icd.x86_64.json").write_text(json.dumps({"ICD": {}}))
-    assert render.find_lavapipe_icd() == str(tmp_path / "lvp_icd.x86_64.json")
+    assert vulkan.find_lavapipe_icd() == str(tmp_path / "lvp_icd.x86_64.json")
 
 
 @pytest.mark.parametrize(("workers", "threads"), [(None, "16"), ("1", "16"), ("4", "4"), ("16", "1"), ("32", "1")])
@@ -34,17 +34,17 @@ def test_software_render_threads_share_the_cores_among_workers(
     workers: str | None, threads: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each of N xdist workers gets cores / N lavapipe threads, not a fixed count per process."""
-    monkeypatch.setattr(render.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(vulkan.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("LP_NUM_THREADS", raising=False)
     monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
     if workers is None:
         monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     else:
         monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
-    render.set_backend_env("cpu")
+    vulkan.set_backend_env("cpu")
     assert os.environ["LP_NUM_THREADS"] == threads
     monkeypatch.setenv("LP_NUM_THREADS", "3")
-    render.set_backend_env("cpu")
+    vulkan.set_backend_env("cpu")
     assert os.environ["LP_NUM_THREADS"] == "3", "the user's own setting wins"
 
 
@@ -57,8 +57,8 @@ def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert render.resolve_backend("auto") == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert render.resolve_backend("auto") == "gpu"
-    assert render.make_kwargs("gpu") == {"sim_backend": "gpu", "render_backend": "gpu"}
-    assert render.make_kwargs("gpu-render") == {"sim_backend": "cpu", "render_backend": "gpu"}
+    assert vulkan.make_kwargs("gpu") == {"sim_backend": "gpu", "render_backend": "gpu"}
+    assert vulkan.make_kwargs("gpu-render") == {"sim_backend": "cpu", "render_backend": "gpu"}
     with pytest.raises(ValueError, match="valid: auto, gpu, gpu-render, cpu"):
         render.resolve_backend("vulkan")
 
@@ -66,21 +66,21 @@ def test_render_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cpu_env_points_vulkan_at_lavapipe_but_respects_the_user(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path),))
+    monkeypatch.setattr(vulkan, "ICD_DIRS", (str(tmp_path),))
     (tmp_path / "lvp_icd.json").write_text("{}")
     monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
-    render.set_backend_env("cpu")
-    assert render.os.environ["VK_ICD_FILENAMES"] == str(tmp_path / "lvp_icd.json")
+    vulkan.set_backend_env("cpu")
+    assert vulkan.os.environ["VK_ICD_FILENAMES"] == str(tmp_path / "lvp_icd.json")
     monkeypatch.setenv("VK_ICD_FILENAMES", "/mine.json")
-    render.set_backend_env("cpu")
-    assert render.os.environ["VK_ICD_FILENAMES"] == "/mine.json"
+    vulkan.set_backend_env("cpu")
+    assert vulkan.os.environ["VK_ICD_FILENAMES"] == "/mine.json"
 
 
 def test_missing_software_vulkan_fails_fast_with_one_actionable_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(render, "ICD_DIRS", (str(tmp_path),))
+    monkeypatch.setattr(vulkan, "ICD_DIRS", (str(tmp_path),))
     monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
-    problem = render.check("cpu")
+    problem = vulkan.check("cpu")
     assert problem.startswith("no software Vulkan driver (lavapipe ICD)") and "bookworm-backports" in problem
     assert "\n" not in problem

@@ -17,9 +17,9 @@ from helpers import assert_one_line_usage_error, make_interpreter_with_own_copy,
 from pytest_vlaeval.cli import COMMANDS
 from pytest_vlaeval.install import command, installer, interpreters
 from pytest_vlaeval.install.command import plan
-from pytest_vlaeval.install.stacks import STACKS
+from pytest_vlaeval.install.stacks import stacks
 
-MIKASA, LIBERO = STACKS["mikasa"], STACKS["libero"]
+MIKASA, LIBERO = stacks()["mikasa"], stacks()["libero"]
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 MESA_25 = {"mesa-vulkan-drivers": "25.0.7-2~bpo12+1", "libvulkan1": "1.3.239.0-1"}
 
@@ -28,7 +28,7 @@ def versions_meeting(stack_name: str, **overrides: str | None) -> installer.Inst
     """An interpreter holding exactly what the stack pins, but for ``overrides`` (None: absent)."""
     candidates = ["1.0", "0.60", "1.26.4", "2.15.2", "2.4", "3.1.7", "80.0"]
     pinned: dict[str, str | None] = {}
-    for step in STACKS[stack_name].steps:
+    for step in stacks()[stack_name].steps:
         for requirement in installer.requirements(step):
             fits = list(requirement.specifier.filter(candidates)) or [next(iter(requirement.specifier)).version]
             pinned[normal(requirement.name)] = fits[0]
@@ -78,7 +78,7 @@ def test_the_only_console_script_is_vlaeval() -> None:
 
 @pytest.mark.parametrize("stack", ["mikasa", "libero", "lerobot"])
 def test_nothing_runs_when_the_stack_is_in_place(stack: str) -> None:
-    assert installer.pip_plan(STACKS[stack], versions_meeting(stack)) == []
+    assert installer.pip_plan(stacks()[stack], versions_meeting(stack)) == []
 
 
 def test_sapien_replaced_by_maniskill_reruns_only_the_no_deps_step() -> None:
@@ -157,12 +157,12 @@ def test_system_deps_without_apt_is_one_line_saying_what_to_install(monkeypatch:
     assert isinstance(line, str) and "libegl1" in line and "\n" not in line
 
 
-@pytest.mark.parametrize("name", [*STACKS, "fakesim", "sh"])
+@pytest.mark.parametrize("name", [*stacks(), "fakesim", "sh"])
 def test_vlaeval_install_is_advised_only_for_an_interpreter_it_makes(name: str) -> None:
     """The advice parses as ``vlaeval install`` and installs into interpreter ``name`` itself; a
     name of the user's gets none (that command refuses it)."""
     advice = interpreters.install_command(name)
-    if name not in STACKS:
+    if name not in stacks():
         assert advice is None
         return
     parser = argparse.ArgumentParser()
@@ -198,7 +198,7 @@ def test_an_interpreter_of_its_own_that_is_not_python_is_one_line(
     (tmp_path / "pusht" / "bin").mkdir(parents=True)
     (tmp_path / "pusht" / "bin" / "python").symlink_to("/bin/sh")
     args = argparse.Namespace(
-        stack="pusht", system_deps=False, own_interpreter=True, check=False, dry_run=True, python=None
+        stack="pusht", system_deps=False, own_interpreter=True, check=False, dry_run=True, python=None, list=False
     )
     assert command.run(args) == 1
     (line,) = capsys.readouterr().out.splitlines()
@@ -208,8 +208,35 @@ def test_an_interpreter_of_its_own_that_is_not_python_is_one_line(
 # -- the check --------------------------------------------------------------------------------
 
 
+def test_the_check_of_an_interpreter_of_its_own_advises_that_install_and_names_a_stale_copy_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``vlaeval install pusht --own-interpreter --check`` on an interpreter with an older copy of
+    this package and no gym-pusht: every line advises the command that installs there, and the copy
+    is one line (its version check said it again). pygame prints a banner as it is imported here:
+    that is no failure to import."""
+    monkeypatch.setenv(interpreters.INTERPRETER_DIR_ENV, str(tmp_path))
+    make_interpreter_with_own_copy(tmp_path / "pusht", leave_out=("gym_pusht",))
+    (package_copy(tmp_path / "pusht") / "version.py").write_text('__version__ = "0.0.1"\n')
+    metadata = next((tmp_path / "pusht").glob("lib/python3*/site-packages/pytest_vlaeval-*.dist-info/METADATA"))
+    metadata.write_text("Metadata-Version: 2.1\nName: pytest-vlaeval\nVersion: 0.0.1\n")
+    args = argparse.Namespace(
+        stack="pusht", system_deps=False, own_interpreter=True, check=True, dry_run=False, python=None,
+        source=None, force=False, list=False,
+    )  # fmt: skip
+    assert command.run(args) == 1
+    lines = capsys.readouterr().out.splitlines()
+    fix = ": run `vlaeval install pusht --own-interpreter`"
+    assert lines == [
+        f"vlaeval install: PROBLEM: its interpreter holds pytest-vlaeval 0.0.1, not this session's "
+        f"{importlib.metadata.version('pytest-vlaeval')}{fix}",
+        f"vlaeval install: PROBLEM: gym-pusht is not installed{fix}",
+        f"vlaeval install: PROBLEM: cannot import gym_pusht: ModuleNotFoundError: No module named 'gym_pusht'{fix}",
+    ]
+
+
 def test_a_wrong_version_is_one_line_naming_the_fix() -> None:
-    lines = installer.version_problems(MIKASA, versions_meeting("mikasa", sapien="3.0.0b1"))
+    lines = installer.version_problems(MIKASA, versions_meeting("mikasa", sapien="3.0.0b1"), "vlaeval install mikasa")
     assert lines == ["sapien 3.0.0b1 is installed, the stack needs sapien==3.0.3: run `vlaeval install mikasa`"]
 
 
@@ -221,7 +248,7 @@ def test_an_unsupported_python_is_refused_before_anything_runs() -> None:
 
 def test_a_module_that_fails_to_import_is_named() -> None:
     broken = dataclasses.replace(LIBERO, imports=("json", "no_such_module_here"))
-    assert installer.import_problems(broken) == [
+    assert installer.import_problems(broken, "vlaeval install libero") == [
         "cannot import no_such_module_here: ModuleNotFoundError: No module named 'no_such_module_here': "
         "run `vlaeval install libero`"
     ]

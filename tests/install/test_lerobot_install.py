@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pytest_vlaeval.install import interpreters
-from pytest_vlaeval.install.stacks import STACKS
+from pytest_vlaeval.install.stacks import stacks
 
-LEROBOT = STACKS["lerobot"]
+LEROBOT = stacks()["lerobot"]
 
 
 def fake_python(folder: Path, name: str, reports: str, status: int = 0) -> Path:

@@ -128,7 +128,7 @@ def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does()
     from mikasa_robo_suite.vla import benchmarking
     from mikasa_robo_suite.vla.utils.apply_wrappers import apply_mikasa_vla_wrappers
 
-    from pytest_vlaeval.envs import render
+    from pytest_vlaeval.envs import vulkan
     from pytest_vlaeval.episodes.runner import EpisodeRunner
     from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
     from pytest_vlaeval.policy.loading import parse_policy
@@ -153,8 +153,8 @@ def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does()
         def forward(self, obs: dict) -> torch.Tensor:
             return torch.as_tensor(self.policy.act(obs)).to(torch.bfloat16)
 
-    render.set_backend_env("cpu")
-    render.apply_cpu_patches()
+    vulkan.set_backend_env("cpu")
+    vulkan.apply_cpu_patches()
     env = gym.make(
         task,
         num_envs=1,

@@ -3,6 +3,9 @@ before any episode (in one line), and a served policy running in another interpr
 
 from __future__ import annotations
 
+import argparse
+import ast
+import importlib.util
 import json
 from pathlib import Path
 
@@ -17,7 +20,8 @@ from helpers import (
 )
 
 from pytest_vlaeval.policy.lerobot_checkpoint import CHECKPOINT_FILES
-from pytest_vlaeval.policy.loading import LeRobotCheckpoint, parse_policy
+from pytest_vlaeval.policy.loading import LeRobotCheckpoint, parse_local_policy, parse_policy
+from pytest_vlaeval.serving.command import configure as serve_options
 
 FAKE = ("--benchmark=fake.yaml:short", "-p", "no:cacheprovider")
 
@@ -41,6 +45,50 @@ def test_a_lerobot_spec_parses_to_its_checkpoint_and_the_benchmarks_env() -> Non
     spec = parse_policy("lerobot:~/ckpt")
     assert isinstance(spec, LeRobotCheckpoint) and spec.path == Path("~/ckpt").expanduser().resolve()
     assert spec.text == f"lerobot:{spec.path}"
+
+
+@pytest.mark.parametrize(
+    ("text", "env_type", "server_args"),
+    [
+        ("lerobot:/ckpt", "pusht", ("--env-type", "pusht")),
+        ("lerobot:/ckpt", None, ()),
+        ("zero", None, ()),
+        ("m:f", None, ()),
+    ],
+)
+def test_a_served_spec_is_rebuilt_by_vlaeval_serve_from_its_own_arguments(
+    text: str, env_type: str | None, server_args: tuple[str, ...]
+) -> None:
+    """The session's server gets the spec's text and ``server_args`` (the launcher knows no kind of
+    spec), and ``vlaeval serve`` parses them back into the same spec."""
+    spec = parse_local_policy(text, env_type, "--vla-serve")
+    assert (spec.server_args, spec.option) == (server_args, "--vla-serve")
+    parser = argparse.ArgumentParser()
+    serve_options(parser)
+    args = parser.parse_args(["--policy", spec.text, *spec.server_args])
+    assert parse_local_policy(args.policy, args.env_type) == spec
+
+
+def test_torch_and_lerobot_are_imported_once_at_load_never_per_step() -> None:
+    """``act`` runs every step: the imports are done when the checkpoint loads, and the module
+    itself imports neither (the main interpreter has no LeRobot)."""
+    origin = importlib.util.find_spec("pytest_vlaeval.policy.lerobot").origin
+    tree = ast.parse(Path(origin).read_text(encoding="utf-8"))
+    importing = {
+        function.name
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    }
+    assert importing == {"_load"}
+    top = {
+        ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).partition(".")[0]
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert not top & {"torch", "lerobot"}
 
 
 @pytest.mark.parametrize(
@@ -93,7 +141,7 @@ def test_a_checkpoint_for_another_action_size_is_refused(pytester: pytest.Pytest
 def test_a_benchmark_lerobot_has_no_env_for_is_refused(fake: pytest.Pytester) -> None:
     path = checkpoint(fake.path / "c")
     result = fake.runpytest(*FAKE, f"--policy=lerobot:{path}")
-    assert_one_line_usage_error(result, "Fake-Bench names no LeRobot env (lerobot_env in its benchmark file)")
+    assert_one_line_usage_error(result, "Fake-Bench names no LeRobot env (lerobot.env_type in its benchmark file)")
 
 
 def test_serve_python_without_a_served_policy_is_refused(fake: pytest.Pytester) -> None:

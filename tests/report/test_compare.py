@@ -21,7 +21,7 @@ from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.fixed import FixedGate, paired_interval
 from pytest_vlaeval.printable import UNSAFE
-from pytest_vlaeval.report.comparison import OVERALL, ComparisonError, load_run
+from pytest_vlaeval.report.comparison import GROUP, OVERALL, TASK, ComparisonError, load_run
 from pytest_vlaeval.results.canonical import summary
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
@@ -55,7 +55,7 @@ def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: 
         ("task", "Alpha-v0"),
         ("task", "Beta-v0"),
     }
-    assert comparison.row("task", "Alpha-v0").estimates[1].sr == pytest.approx(2 / 3)
+    assert comparison.row(TASK, "Alpha-v0").estimates[1].sr == pytest.approx(2 / 3)
 
 
 def test_the_command_prints_the_table_and_writes_markdown_and_html(fake: pytest.Pytester, tmp_path: Path) -> None:
@@ -222,3 +222,27 @@ def test_received_names_reach_the_terminal_and_compare_md_as_text(
         assert "<img" not in text and "**PASS**" not in text
     row = next(line for line in markdown.splitlines() if line.startswith("| memory type "))
     assert row.replace("\\|", "").count("|") == 5, "the group's name stays in its cell: one row, 4 cells"
+
+
+@pytest.mark.parametrize("label", ["overall", "task", "split"])
+def test_a_group_row_is_matched_by_its_axis_field_whatever_the_axis_is_labelled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str
+) -> None:
+    """A label is only what a row is shown as: an axis labelled like the overall row, the task rows
+    or another axis still shows its own groups' SRs (matched by label, its rows took the split's
+    SR, a task's, or failed)."""
+    runs = [canonical_run(tmp_path / name) for name in ("first", "second")]
+
+    def relabel(d: dict[str, Any]) -> None:
+        d["axes"][1]["label"] = label
+        d["sr_per_memory_type"]["Object"] = 0.25  # the split's SR and Alpha-v0's are 0.5
+
+    for run in runs:
+        edit(run / "summary.json", relabel)
+    comparison = pytest_vlaeval.compare(*runs)
+    row = comparison.row(GROUP, "Object", "memory_type")
+    assert row.axis == label and [e.sr for e in row.estimates if e] == [0.25, 0.25]
+    assert row in comparison.curves
+    assert vlaeval(["compare", *map(str, runs), "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert f"| {label} Object | 25.0% [" in (tmp_path / "compare.md").read_text()

@@ -4,7 +4,6 @@ them: ``tests/controller/test_plugin.py``."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from pytest_vlaeval import spec_file
 from pytest_vlaeval.results.canonical import summary, task_result
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import Extra, builtin_benchmarks, load_benchmark, resolve_benchmark, select
+from pytest_vlaeval.spec import builtin_benchmarks, load_benchmark, resolve_benchmark, select
 
 HERE = TESTS
 
@@ -83,21 +82,6 @@ def test_the_canonical_files_have_exactly_the_keys_the_benchmark_file_names(tmp_
     made = {file: {key for _, key in keys} for file, keys in spec_file.keys_made(document).items()}
     assert set(body) - spec_file.FIXED_KEYS["summary.json"] == made["summary.json"]
     assert set(result) - spec_file.FIXED_KEYS["<ENV_ID>.json"] == made["<ENV_ID>.json"]
-
-
-@pytest.mark.parametrize(
-    ("reporting", "key"),
-    [({"pooled_success_key": "sr_split"}, "sr_split"), ({"extras": (Extra("bar", "mean", "n_errors"),)}, "n_errors")],
-)
-def test_the_writer_never_writes_one_key_over_another(tmp_path: Path, reporting: dict, key: str) -> None:
-    """Load refuses a file whose keys clash; a benchmark built past that check stops the write
-    instead of losing one of the two values."""
-    benchmark, _ = resolve_benchmark(str(HERE / "fake.yaml"))
-    clashing = dataclasses.replace(benchmark, reporting=dataclasses.replace(benchmark.reporting, **reporting))
-    latest = LatestRecords(RunDir(tmp_path))
-    latest.add(record("Alpha-v0", 100, "success"))
-    with pytest.raises(RuntimeError, match=f"the canonical key '{key}' is made twice"):
-        summary(select(clashing, "short", episodes=1), latest, interrupted=False)
 
 
 def test_a_grid_over_a_title_cased_axis_names_its_groups_as_the_files_write_them(tmp_path: Path) -> None:

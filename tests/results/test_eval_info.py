@@ -17,7 +17,11 @@ from helpers import TESTS, assert_one_line_usage_error, read_json, record, run_d
 import pytest_vlaeval
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
-from pytest_vlaeval.spec import load_benchmark, resolve_benchmark
+from pytest_vlaeval.report.compare import markdown_table
+from pytest_vlaeval.results.canonical import summary
+from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.spec import load_benchmark, resolve_benchmark, select
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off"]
 
@@ -168,6 +172,30 @@ def test_a_session_gates_against_lerobot_eval_and_compare_shows_it(fake: pytest.
     assert difference is not None and (difference.difference, difference.seeds) == (pytest.approx(-1 / 3), 3)
 
 
+def test_compare_shows_lerobots_avg_max_reward_beside_ours(tmp_path: Path) -> None:
+    """A lerobot-eval run's max_rewards are the benchmark's extra LeRobot summarises as
+    avg_max_reward (here the fake benchmark's, renamed so), so compare shows theirs beside ours."""
+    bench = tmp_path / "bench.yaml"
+    bench.write_text((TESTS / "fake.yaml").read_text().replace("summary: mean_bar", "summary: avg_max_reward"))
+    benchmark = load_benchmark(bench)
+    ours = RunDir(tmp_path / "ours")
+    latest = LatestRecords(ours)
+    for task in ("Alpha-v0", "Beta-v0"):
+        for seed in (100, 101, 102):
+            latest.add(record(task, seed, "success", extras={"bar": 0.25}))
+    body, per_task = summary(select(benchmark, "short"), latest, interrupted=False)
+    ours.path.mkdir()
+    ours.summary.write_text(json.dumps(body))
+    for result in per_task:
+        ours.task(result["env_id"]).write_text(json.dumps(result))
+    ours.spec.write_text(bench.read_text())
+    lerobot = lerobot_file(tmp_path / "lerobot", {("short", 0): [True, False, True], ("short", 1): [True] * 3})
+
+    comparison = pytest_vlaeval.compare(f"{lerobot}:seed=100", ours.path)
+    assert [dict(run.metrics) for run in comparison.runs] == [{"avg_max_reward": "0.8333"}, {"avg_max_reward": "0.25"}]
+    assert "1. lerobot:seed=100 (policy lerobot-eval; avg\\_max\\_reward 0.8333)" in markdown_table(comparison)
+
+
 # -- refused ------------------------------------------------------------------------------
 
 ONE_TASK = {"task_group": "short", "task_id": 0}
@@ -248,7 +276,7 @@ def test_a_pipe_named_eval_info_is_refused_not_waited_on(tmp_path: Path) -> None
 def test_pc_success_is_lerobots_float() -> None:
     """LeRobot writes the mean of the successes times 100: 1 of 3 is 33.33333333333333, where
     100 * 1 / 3 would be 33.333333333333336."""
-    from pytest_vlaeval.results.eval_info import _means
+    from pytest_vlaeval.gate.eval_info import _means
 
     records = [record("Alpha-v0", seed, "success" if seed == 0 else "failure") for seed in range(3)]
     assert _means(records, None)["pc_success"] == float(np.mean([1.0, 0.0, 0.0]) * 100) == 33.33333333333333
@@ -271,32 +299,41 @@ def test_compare_needs_one_of_our_runs_to_name_a_lerobot_runs_tasks(tmp_path: Pa
 
 def test_the_built_in_benchmarks_name_their_tasks_as_lerobot_eval_does() -> None:
     metaworld, _ = resolve_benchmark("metaworld")
-    names = metaworld.eval_info
+    names = metaworld.lerobot
+    assert names.env_type == "metaworld"
     assert names.names["assembly-v3"] == ("hard", 0)  # DIFFICULTY_TO_TASKS["hard"][0]
     assert names.env_id("very_hard", 4) == "pick-place-wall-v3"
     assert names.env_id("metaworld-push-v3", 0) == names.env_id("push-v3", 0) == "push-v3"  # --env.task=push-v3
     assert names.env_id("push-v3", 1) is None
     libero, _ = resolve_benchmark("libero")
-    assert libero.eval_info.names[libero.tasks[0].env_id] == ("libero_spatial", 0)
-    assert resolve_benchmark("pusht")[0].eval_info.names == {"PushT-v0": ("pusht", 0)}
+    assert libero.lerobot.names[libero.tasks[0].env_id] == ("libero_spatial", 0)
+    assert libero.lerobot.env_type is None  # LeRobot's LIBERO observations are not this file's
+    pusht = resolve_benchmark("pusht")[0].lerobot
+    assert (pusht.env_type, pusht.names) == ("pusht", {"PushT-v0": ("pusht", 0)})
 
 
 @pytest.mark.parametrize(
     ("block", "expected"),
     [
-        ("eval_info: {task_group: suite}", "eval_info.task_group 'suite' is not one of the axes"),
-        ("eval_info: {group_names: {medium: m}}", "eval_info.group_names renames ['medium'], not groups along 'split'"),
-        ("eval_info: {group_names: {short: x, long: x}}", "eval_info.group_names gives two groups one name"),
-        ("eval_info: {group_names: {short: Beta-v0}, single_task_prefixes: ['']}", "names a task like a group"),
-        ("eval_info: {task_group: memory_type, single_task_prefixes: ['']}", None),
+        ("lerobot: {task_group: suite}", "lerobot.task_group 'suite' is not one of the axes"),
+        ("lerobot: {group_names: {medium: m}}", "lerobot.group_names renames ['medium'], not groups along 'split'"),
+        ("lerobot: {group_names: {short: x, long: x}}", "lerobot.group_names gives two groups one name"),
+        ("lerobot: {group_names: {short: Beta-v0}, single_task_prefixes: ['']}", "names a task like a group"),
+        (
+            "lerobot: {env_type: 'no/such'}",
+            "a name: a letter or digit, then letters, digits or _.+- - at `lerobot.env_type`",
+        ),
+        ("lerobot: {env_typ: pusht}", "unknown field `env_typ`"),
+        ("lerobot: {env_type: pusht, task_group: memory_type, single_task_prefixes: ['']}", None),
     ],
 )
-def test_a_benchmark_files_eval_info_names_are_checked(tmp_path: Path, block: str, expected: str | None) -> None:
+def test_a_benchmark_files_lerobot_block_is_checked(tmp_path: Path, block: str, expected: str | None) -> None:
     text = (TESTS / "fake.yaml").read_text()
     (tmp_path / "bench.yaml").write_text(text.replace("protocol:", f"{block}\nprotocol:", 1))
     if expected is None:
-        names = load_benchmark(tmp_path / "bench.yaml").eval_info
+        names = load_benchmark(tmp_path / "bench.yaml").lerobot
         assert (names.names["Gamma-v0"], names.env_id("Alpha-v0", 0)) == (("Object", 1), "Alpha-v0")
+        assert names.env_type == "pusht"
         return
     with pytest.raises(SpecError) as refused:
         load_benchmark(tmp_path / "bench.yaml")

@@ -85,8 +85,9 @@ def test_the_controller_parses_each_record_once(fake: pytest.Pytester, monkeypat
     result = fake.runpytest_inprocess(*SHORT, "--episodes=2", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 4
-    # Once off its report, once as the writer checks its log line (``record_line``): never from a log.
-    assert sorted(parsed) == sorted(2 * [("Alpha-v0", 100), ("Alpha-v0", 101), ("Beta-v0", 100), ("Beta-v0", 101)])
+    # Once off its report, once as the controller checks that the store can keep it, once as the
+    # writer checks its log line (``record_line``): never from a log.
+    assert sorted(parsed) == sorted(3 * [("Alpha-v0", 100), ("Alpha-v0", 101), ("Beta-v0", 100), ("Beta-v0", 101)])
 
 
 def test_failed_episodes_are_results_and_errors_keep_their_tracebacks(fake: pytest.Pytester) -> None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_usage_error, episode_records, read_json, run_dir
+from helpers import assert_one_line_usage_error, episode_records, read_json, run_dir, together
 
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.policy.loading import parse_policy
@@ -204,12 +204,24 @@ def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: P
     """Two xdist workers share one server; each episode's actions come from its own seeded RNG."""
     task, seeds = "RememberColor3-VLA-v0", (4242424242, 4242424243)
     args = ["--benchmark=short", f"--vla-tasks={task}", "--episodes=2", "-p", "no:cacheprovider", "-rA"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, "--vla-serve=random", "-n", "2", "--rootdir", str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    benchmark, _ = resolve_benchmark("mikasa:short")
+
+    def in_process() -> list:
+        runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), parse_policy("random"), "auto")
+        try:
+            return [runner.run(benchmark.task(task), seed, index) for index, seed in enumerate(seeds)]
+        finally:
+            runner.close_env()
+
+    records, proc = together(  # the same episodes in this process while the served session runs
+        in_process,
+        lambda: subprocess.run(
+            [sys.executable, "-m", "pytest", *args, "--vla-serve=random", "-n", "2", "--rootdir", str(tmp_path)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        ),
     )
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     run_dir = only_run_dir(tmp_path / "results")
@@ -217,13 +229,6 @@ def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: P
     assert {r["worker"] for r in episode_records(run_dir).values()} <= {"gw0", "gw1"}
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["n_completed"] == 2 and summary["n_errors"] == 0
-
-    benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), parse_policy("random"), "auto")
-    try:
-        records = [runner.run(benchmark.task(task), seed, index) for index, seed in enumerate(seeds)]
-    finally:
-        runner.close_env()
     assert served == {r.key: (r.success, r.episode_return, r.length) for r in records}
     steps = sum(r.length for r in records)  # chunk size 1: one request per step
     assert f"stopped after {steps} requests" in (run_dir / "server.log").read_text()

@@ -19,7 +19,7 @@ import anyio
 import numpy as np
 import pytest
 from anyio.from_thread import start_blocking_portal
-from helpers import TESTS, episode_records
+from helpers import TESTS, episode_records, together
 from PIL import Image
 from spy_policies import EpisodeMemory
 from vla_eval.connection import Connection
@@ -437,8 +437,8 @@ def test_a_real_mikasa_episode_through_vla_evals_server_equals_in_process(hosted
         assert {r["outcome"] for r in records.values()} <= {"success", "failure"}, records
         return {key: (r["success"], r["episode_return"], r["length"]) for key, r in records.items()}
 
-    local = run("spy_policies:EpisodeMemory", "local")
-    assert run(spec, "remote") == local
+    local, remote = together(lambda: run("spy_policies:EpisodeMemory", "local"), lambda: run(spec, "remote"))
+    assert remote == local
     wait_until(lambda: len(server.ended) == 1)
     ((success, _, length),) = local.values()
     assert (server.ended[0]["metrics"]["success"], server.ended[0]["steps"]) == (success, length)

@@ -1,4 +1,4 @@
-"""Running a policy server as a child process: one per session with ``--vla-serve``.
+"""Running a policy server as a child process: one per session that serves its policy.
 
 The child binds a free loopback port and prints its address; the parent waits until
 ``/healthz`` says the policy is loaded. The child watches its standard input, so it stops with
@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_vlaeval.episodes.collect import RECORD_ATTR
-from pytest_vlaeval.policy.loading import LeRobotCheckpoint
 from pytest_vlaeval.results.rundir import open_appending
 from pytest_vlaeval.serving.process import stopped
 from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV, served_url
@@ -154,10 +153,7 @@ def serve_session(
     """
     previous = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = secrets.token_urlsafe(24)
-    args = ["--action-dim", str(action_dim)]
-    if isinstance(policy, LeRobotCheckpoint) and policy.env_type:
-        args += ["--lerobot-env", policy.env_type]
-    server = ServerProcess(policy.text, log_path, args, python=python)
+    server = ServerProcess(policy.text, log_path, ["--action-dim", str(action_dim), *policy.server_args], python=python)
 
     def stop() -> None:
         server.stop()
@@ -170,8 +166,7 @@ def serve_session(
     try:
         server.start()
     except ServerStartError as exc:
-        option = "--policy" if isinstance(policy, LeRobotCheckpoint) else "--vla-serve"
-        raise pytest.UsageError(f"{option} {policy.text}: {exc}") from None
+        raise pytest.UsageError(f"{policy.option} {policy.text}: {exc}") from None
     assert server.proc is not None
     session_server = _SessionServer(served_url(server.url, server.proc.pid), server, config)
     config.pluginmanager.register(session_server, "vlaeval-served-url")
