@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from pytest_vlaeval import schema
 from pytest_vlaeval.policy.loading import LocalPolicy
 from pytest_vlaeval.report.axes import group_rates, summary_axes
-from pytest_vlaeval.results import schema
 from pytest_vlaeval.results.rundir import RunDir
 
 SERVED_EPISODE_WAIT_S = 24 * 3600.0

@@ -37,7 +37,7 @@ from pytest_vlaeval.spec import Benchmark, Selection, resolve_benchmark, select
 
 if TYPE_CHECKING:
     from pytest_vlaeval.distribute.backends import OwnInterpreter
-    from pytest_vlaeval.distribute.blocks import SequentialBlocks
+    from pytest_vlaeval.distribute.seed_blocks import SequentialBlocks
     from pytest_vlaeval.gate.fixed import FixedGate
     from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
     from pytest_vlaeval.policy.loading import LocalPolicy, LocalSpec, PolicySpec
@@ -69,7 +69,7 @@ def start(config: pytest.Config) -> None:
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[RUN_CONTEXT] = run
-    from pytest_vlaeval.distribute.cpu_share import share_cpu_threads
+    from pytest_vlaeval.envs.cpu_share import share_cpu_threads
     from pytest_vlaeval.episodes.deadline import keep_session_stderr
 
     keep_session_stderr()
@@ -119,7 +119,7 @@ def _policy_to_run(config: pytest.Config, run: RunContext, served_here: str | No
 def _sequential_blocks(gate: SequentialGate) -> SequentialBlocks:
     """What the affinity scheduler needs of the sequential gate: an episode's block by node id,
     and whether to stop sending."""
-    from pytest_vlaeval.distribute.blocks import SequentialBlocks
+    from pytest_vlaeval.distribute.seed_blocks import SequentialBlocks
     from pytest_vlaeval.episodes.nodeid import parse_nodeid
 
     def block_of(nodeid: str) -> int:

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval import strict_json
 from pytest_vlaeval.choices import in_range
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
@@ -25,14 +26,13 @@ from pytest_vlaeval.gate.fixed import FixedGate
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
 from pytest_vlaeval.printable import command_line, terminal_safe
 from pytest_vlaeval.report.run_files import write_run_files
-from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.results.canonical import summary
 from pytest_vlaeval.results.latest import LatestRecords, whole_lines
+from pytest_vlaeval.results.readback import read_json
 from pytest_vlaeval.results.record import record_time
 from pytest_vlaeval.results.rundir import RunDir, shard_of, writing
-from pytest_vlaeval.results.runfiles import read_json
-from pytest_vlaeval.results.schema import Fingerprint
 from pytest_vlaeval.results.store import RunStore
+from pytest_vlaeval.schema import Fingerprint
 from pytest_vlaeval.spec import Benchmark, Selection, builtin_benchmarks, load_benchmark, resolve_benchmark, select
 from pytest_vlaeval.termination import interrupt_on_termination
 

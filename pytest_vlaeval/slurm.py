@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval import strict_json
 from pytest_vlaeval.choices import in_range
 from pytest_vlaeval.distribute.indexed import PAIR
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.printable import command_line, terminal_lines, terminal_safe
-from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import write_text_atomic
 

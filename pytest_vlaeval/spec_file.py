@@ -32,7 +32,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results.schema import Summary, TaskResult
+from pytest_vlaeval.schema import Summary, TaskResult
 
 IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_]*$"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,18 @@ def _run(command: list[str], what: str, cwd: Path | None = None) -> subprocess.C
         tail = (proc.stdout + proc.stderr)[-3000:]
         pytest.fail(f"{what} failed ({proc.returncode}): {' '.join(command)}\n{tail}", pytrace=False)
     return proc
+
+
+def lerobot_session(directory: Path, benchmark: str, checkpoint: Path, *args: str) -> subprocess.Popen[str]:
+    """``pytest --benchmark=BENCHMARK --policy=lerobot:CHECKPOINT ARGS`` started in ``directory`` as a
+    user starts it, offline, its run under ``directory/results``; read its output with ``communicate``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pytest", f"--benchmark={benchmark}", f"--policy=lerobot:{checkpoint}"]
+    command += ["-p", "no:cacheprovider", "--rootdir", str(directory), "--vla-results=results", *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(TESTS)}
+    return subprocess.Popen(
+        command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def build_checkpoint(out: Path, env: str, policy: str, seed: int = 0) -> Path:

@@ -13,7 +13,7 @@ from pytest_vlaeval.gate.fixed import FixedGate
 from pytest_vlaeval.gate.sequential_gate import SequentialGate
 from pytest_vlaeval.gate.stats import Outcomes
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
-from pytest_vlaeval.results.schema import TaskResult
+from pytest_vlaeval.schema import TaskResult
 
 JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
 """Exit statuses a passing gate turns into 0: failed episodes are the measurement, and a session

@@ -21,8 +21,8 @@ from pytest_vlaeval.controller.gate_run import GateRun
 from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
-from pytest_vlaeval.controller.report import completion_command, render_summary
 from pytest_vlaeval.controller.run_writer import RunWriter
+from pytest_vlaeval.controller.terminal import completion_command, render_summary
 from pytest_vlaeval.controller.watch import EpisodeWatch, holder
 from pytest_vlaeval.distribute.backends import backend_of, keep_cut_off_workers_down
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
@@ -56,6 +56,8 @@ class ResultsController:
         self.latest = latest
         self.ledger = Ledger(latest, run.retries)
         self.intake = Intake(store)
+        self._vetted: dict[str, list[EpisodeRecord]] = {}
+        """Each report's records as ``pytest_runtest_logreport_vet`` checked them, until the report is logged."""
         self.refused = False
         self.interrupted = False
         self.gate_run = GateRun(gate)
@@ -133,35 +135,41 @@ class ResultsController:
             return "rerun", "R", ("RERUN", {"yellow": True})
         return None
 
-    @pytest.hookimpl(tryfirst=True)  # before the terminal counts the report: a record may turn it into an error
+    @pytest.hookimpl(tryfirst=True, specname="pytest_runtest_logreport")
+    def pytest_runtest_logreport_vet(self, report: pytest.TestReport) -> None:
+        """Before the terminal counts the report: a record the store cannot keep (a policy's config
+        nested past what a log holds, say) becomes a harness error of its episode, and its report an
+        error too, never a failure; the run goes on."""
+        payload = getattr(report, RECORD_ATTR, None)
+        if payload is None or not self.ledger.expects(report.nodeid):
+            return
+        records, refused = [], False
+        for attempt in payload:
+            try:
+                record = EpisodeRecord.from_dict(attempt)
+                record_line(record)  # the store's own check, before the record can claim the run's policy
+            except (ValueError, TypeError) as exc:
+                record = self._error(report.nodeid, HarnessFault(f"the record of this episode cannot be stored: {exc}"))
+                refused = True
+            records.append(record)
+        self._vetted[report.nodeid] = records
+        if refused and report.when == "call":
+            report.outcome, report.when, report.longrepr = "failed", "setup", records[-1].message  # type: ignore[assignment]
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown" and self.watch is not None:
             self.watch.finished(report.nodeid, completed=True)
         if not self.ledger.expects(report.nodeid):
             return
-        payload = getattr(report, RECORD_ATTR, None)
-        if payload is not None:
-            for attempt in payload:
-                record = self._received(report.nodeid, attempt)
+        records = self._vetted.pop(report.nodeid, None)
+        if records is not None:
+            for record in records:
                 self._accept(record)
-            if report.when == "call" and not record.completed:  # refused by the store: pytest counts an error too
-                report.outcome, report.when, report.longrepr = "failed", "setup", record.message  # type: ignore[assignment]
             self._settle(report.nodeid)
         elif report.failed:  # a harness fault before the episode ran (crashes come through handlecrashitem)
             message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "no result"
             self._accept(self._error(report.nodeid, HarnessFault(message)))
             self._settle(report.nodeid)
-
-    def _received(self, nodeid: str, attempt: dict[str, Any]) -> EpisodeRecord:
-        """A worker's record as the store will keep it; one the store cannot write (a policy's
-        config nested past what a log holds, say) becomes a harness error of its episode, never a
-        failure, and the run goes on."""
-        try:
-            record = EpisodeRecord.from_dict(attempt)
-            record_line(record)  # the store's own check, before the record can claim the run's policy
-        except (ValueError, TypeError) as exc:
-            return self._error(nodeid, HarnessFault(f"the record of this episode cannot be stored: {exc}"))
-        return record
 
     def _accept(self, record: EpisodeRecord) -> None:
         try:

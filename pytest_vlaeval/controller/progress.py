@@ -25,7 +25,7 @@ from typing import IO, Any
 from pytest_vlaeval.gate.stats import success_rate
 from pytest_vlaeval.report.page import pct
 from pytest_vlaeval.results.record import ERROR, SUCCESS, EpisodeRecord
-from pytest_vlaeval.results.schema import TaskResult
+from pytest_vlaeval.schema import TaskResult
 
 RECENT_ROWS = 8
 # Costs in env steps for the ETA (measured on MIKASA: a step ~0.13 s, a reconfiguring reset

@@ -16,9 +16,9 @@ from pytest_vlaeval.gate.verdict import Verdict
 from pytest_vlaeval.report.run_files import Written, write_run_files
 from pytest_vlaeval.results.canonical import finished_task, summary, write_task
 from pytest_vlaeval.results.latest import LatestRecords
-from pytest_vlaeval.results.schema import Canonical, TaskResult
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.run_context import RunContext
+from pytest_vlaeval.schema import Canonical, TaskResult
 
 REFRESH_SHARE = 0.1
 """The whole set is rewritten once the tasks finished since its last write are this share of all

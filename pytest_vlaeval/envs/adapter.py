@@ -61,7 +61,7 @@ class EnvAdapter(Protocol):
 
 class EnvFactory(Protocol):
     """``env.factory`` of a benchmark file. A factory that also builds one simulator stepping
-    ``num_envs`` episodes at once takes that keyword (``episodes.block.RowEnvs``), for the render
+    ``num_envs`` episodes at once takes that keyword (``episodes.lockstep.RowEnvs``), for the render
     backends the file's ``vector_backends`` lists."""
 
     def __call__(self, task: Task, benchmark: Benchmark, render_request: str) -> EnvAdapter: ...

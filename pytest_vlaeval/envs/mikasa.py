@@ -62,7 +62,7 @@ class MikasaEnv(Adapter):
 
 class MikasaRows:
     """Up to ``num_envs`` seeds of a task in one ManiSkill GPU simulation (``num_envs=K``), as the
-    rows of a lockstep block (``episodes.block.RowEnvs``).
+    rows of a lockstep block (``episodes.lockstep.RowEnvs``).
 
     Reset gives one seed per row, as ManiSkill seeds a vector env (``reset(seed=[...])``); a block
     shorter than K fills its unused rows with its last seed, steps them with zero actions and

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_vlaeval.distribute.cpu_share import worker_threads
+from pytest_vlaeval.envs.cpu_share import worker_threads
 from pytest_vlaeval.envs.render import resolve_backend, set_cache_env
 
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
@@ -53,7 +53,7 @@ def set_backend_env(backend: str) -> None:
         icd = find_lavapipe_icd()
         if icd:
             os.environ.setdefault("VK_ICD_FILENAMES", icd)
-        # the worker's share of the cores (``distribute.cpu_share``); pixels do not depend on it
+        # the worker's share of the cores (``envs.cpu_share``); pixels do not depend on it
         os.environ.setdefault("LP_NUM_THREADS", str(worker_threads()))
 
 

@@ -4,7 +4,7 @@ The env is kept while consecutive episodes belong to the same task (a build cost
 reset a fraction of one) and closed before the next task's env is built, so a worker's memory
 does not grow with the number of tasks.
 
-Under ``--vla-lockstep=K`` the env is a block of K rows (``episodes.block``) and the policy an
+Under ``--vla-lockstep=K`` the env is a block of K rows (``episodes.lockstep``) and the policy an
 engine called once per step for all of them (``policy.batched``): the first episode of a block to
 run runs the whole block, and its block-mates take their records from here.
 """
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_vlaeval.envs import assets
 from pytest_vlaeval.envs.adapter import EnvAdapter, EnvFactory, checked_adapter
-from pytest_vlaeval.episodes.block import RowEnvs, SeparateEnvs, run_block
 from pytest_vlaeval.episodes.deadline import deadline
+from pytest_vlaeval.episodes.lockstep import RowEnvs, SeparateEnvs, run_block
 from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.episodes.video import EpisodeVideo
 from pytest_vlaeval.errors import AssetMissing, EnvCloseWarning, EnvError, EpisodeError, EpisodeTimeout, PolicyError

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval import strict_json
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.eval_info import eval_info_location, read_eval_info
 from pytest_vlaeval.gate.sequential import Method, drop_method
 from pytest_vlaeval.gate.stats import Outcomes
-from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.spec import Benchmark
 
 

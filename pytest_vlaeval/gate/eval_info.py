@@ -44,9 +44,9 @@ from typing import Annotated, Any, Protocol
 
 import msgspec
 
+from pytest_vlaeval import strict_json
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.finite import finite_mean
-from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.spec import Benchmark, Extra, Selection
 
 FILE = "eval_info.json"

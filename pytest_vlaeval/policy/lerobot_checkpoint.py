@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_vlaeval import strict_json
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.policy.loading import LeRobotCheckpoint
-from pytest_vlaeval.results import strict_json
 from pytest_vlaeval.spec import Benchmark
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_vlaeval.report.page import interval, pct
-from pytest_vlaeval.results.schema import Summary
+from pytest_vlaeval.schema import Summary
 from pytest_vlaeval.spec import SPLIT_AXIS, Axis
 
 

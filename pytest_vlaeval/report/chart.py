@@ -13,8 +13,8 @@ from typing import Any
 from pytest_vlaeval.printable import terminal_safe
 from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.report.page import pct
-from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.store import write_bytes_atomic
+from pytest_vlaeval.schema import Summary, TaskResult
 
 NOT_EVALUATED = "not evaluated"
 

@@ -32,10 +32,10 @@ from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
 from pytest_vlaeval.report.axes import benchmark_metrics, group_rates, summary_axes
 from pytest_vlaeval.results.canonical import summary as canonical_summary
 from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.readback import convert, read_json
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, timestamp
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.results.runfiles import convert, read_json
-from pytest_vlaeval.results.schema import Canonical, Summary, TaskResult
+from pytest_vlaeval.schema import Canonical, Summary, TaskResult
 from pytest_vlaeval.spec import MAX_EPISODES, Axis, Extra, Selection, load_benchmark
 
 PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
@@ -118,7 +118,7 @@ class Comparison:
 
 
 def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
-    """A run directory's canonical files, their types checked (``results.runfiles``): a run may
+    """A run directory's canonical files, their types checked (``results.readback``): a run may
     come from elsewhere. ``ComparisonError`` in one line naming the file otherwise."""
     run_dir = RunDir(path)
     if not run_dir.summary.exists():

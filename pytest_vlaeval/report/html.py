@@ -17,8 +17,8 @@ from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, s
 from pytest_vlaeval.report.chart import NOT_EVALUATED
 from pytest_vlaeval.report.page import attribute_name, interval, pct, render
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.store import write_text_atomic
+from pytest_vlaeval.schema import Summary, TaskResult
 
 OUTCOMES = ("all succeeded", "some failed", "all failed", "errors", NOT_EVALUATED)
 """A task's outcome in the task table's filter."""

@@ -16,7 +16,7 @@ from pytest_vlaeval.gate.verdict import Verdict
 from pytest_vlaeval.printable import terminal_safe
 from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
-from pytest_vlaeval.results.schema import Summary, TaskResult
+from pytest_vlaeval.schema import Summary, TaskResult
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]|~])")
 """What GitHub-flavoured markdown reads as markup inside a line: escapes, code, emphasis,

@@ -24,8 +24,8 @@ from pytest_vlaeval.report.html import write_report
 from pytest_vlaeval.report.markdown import markdown_report
 from pytest_vlaeval.results.canonical import write_canonical, write_summary
 from pytest_vlaeval.results.rundir import RunDir, attempt_write
-from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.store import write_json_atomic, write_text_atomic
+from pytest_vlaeval.schema import Summary, TaskResult
 
 
 @dataclass

@@ -1,2 +1,3 @@
 """From records to verdicts: the episode record, the run's store and directory, the canonical
-files and their schema, and the merge of shards (the gate is in ``gate``)."""
+files (their records are typed in ``schema``, a leaf every floor reads; merging shards is ``merge``,
+the gate is ``gate``)."""

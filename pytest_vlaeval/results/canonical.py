@@ -25,8 +25,8 @@ from pytest_vlaeval.gate.stats import (
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.results.schema import Canonical, GridSummary, Summary, TaskResult
 from pytest_vlaeval.results.store import write_json_atomic
+from pytest_vlaeval.schema import Canonical, GridSummary, Summary, TaskResult
 from pytest_vlaeval.spec import Axis, Extra, Grid, Reporting, Selection, Task
 
 CI95_METHODS = {

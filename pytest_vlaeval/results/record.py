@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from pytest_vlaeval.errors import EpisodeError
-from pytest_vlaeval.results.strict_json import dumps, loads
+from pytest_vlaeval.strict_json import dumps, loads
 
 SUCCESS = "success"
 FAILURE = "failure"

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.results.readback import read_json
 from pytest_vlaeval.results.record import EpisodeRecord, record_line
 from pytest_vlaeval.results.rundir import RunDir, linked, writing
-from pytest_vlaeval.results.runfiles import read_json
-from pytest_vlaeval.results.strict_json import dumps
 from pytest_vlaeval.spec import Benchmark, Selection, load_benchmark
+from pytest_vlaeval.strict_json import dumps
 from pytest_vlaeval.version import __version__, package_digest
 
 

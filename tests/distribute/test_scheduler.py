@@ -300,7 +300,7 @@ def test_an_explicit_dist_mode_falls_back_to_xdist(fake: pytest.Pytester) -> Non
 
 def test_sequential_blocks_keep_order_and_affinity_and_stop_when_settled(pytester: pytest.Pytester) -> None:
     """Blocks of 2 seeds, in the collection's block-major order; each worker keeps its task's env."""
-    from pytest_vlaeval.distribute.blocks import BlockScheduling, SequentialBlocks
+    from pytest_vlaeval.distribute.seed_blocks import BlockScheduling, SequentialBlocks
 
     collection = [f"s::{task}::{seed}" for block in range(3) for task in "AB" for seed in (2 * block, 2 * block + 1)]
     settled = []

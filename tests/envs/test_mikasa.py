@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import episode_records, read_json, together
+from mikasa_reference import reference_episode
 
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
@@ -57,14 +58,7 @@ def comparable(records: dict) -> dict:
 def reference_episodes() -> dict[tuple[str, int], tuple[bool, float, int]]:
     """TASKS' SEEDS through the package's own ``run_episode``, each episode on a freshly built env,
     our random policy."""
-    import gymnasium as gym
-    from mikasa_robo_suite.vla import benchmarking
-    from mikasa_robo_suite.vla.utils.apply_wrappers import apply_mikasa_vla_wrappers
-
-    from pytest_vlaeval.envs import vulkan
-
-    vulkan.set_backend_env("cpu")
-    vulkan.apply_cpu_patches()
+    import torch
 
     class ReferencePolicy:
         """Our random policy behind the reference runner's ``forward`` interface."""
@@ -75,30 +69,13 @@ def reference_episodes() -> dict[tuple[str, int], tuple[bool, float, int]]:
             self.policy.reset(EpisodeInfo(task=task, seed=seed, instruction="", episode_index=0, max_steps=0))
 
         def forward(self, obs):
-            return benchmarking.torch.as_tensor(self.policy.act(obs))
+            return torch.as_tensor(self.policy.act(obs))
 
-    reference = {}
-    for env_id in TASKS:
-        for seed in SEEDS:
-            # The reference's make_benchmark_env with its exact settings; render_backend="cpu" is
-            # the one addition the CPU path needs (its default asks for CUDA).
-            env = gym.make(
-                env_id,
-                num_envs=1,
-                obs_mode=benchmarking.OBS_MODE,
-                control_mode=benchmarking.CONTROL_MODE,
-                reward_mode=benchmarking.REWARD_MODE,
-                render_mode="all",
-                sim_backend="cpu",
-                render_backend="cpu",
-            )
-            env = apply_mikasa_vla_wrappers(env, include_overlays=False)
-            try:
-                result, _ = benchmarking.run_episode(env, ReferencePolicy(env_id, seed), seed)
-            finally:
-                env.close()
-            reference[(env_id, seed)] = (result.success_once, result.episode_return, result.n_steps)
-    return reference
+    return {
+        (env_id, seed): reference_episode(env_id, ReferencePolicy(env_id, seed), seed)
+        for env_id in TASKS
+        for seed in SEEDS
+    }
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import json
 import pytest
 from helpers import episode_records, read_json, run_dir
 
+from pytest_vlaeval import strict_json
 from pytest_vlaeval.cli import main as vlaeval
-from pytest_vlaeval.results import strict_json
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 

@@ -124,11 +124,8 @@ def test_unconvertible_actions_are_a_one_line_policy_error_in_a_session(
 def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does() -> None:
     """One real episode with bf16 actions; the benchmark's own ``run_episode`` with the same
     bf16 tensors on a fresh env gives the same episode."""
-    import gymnasium as gym
-    from mikasa_robo_suite.vla import benchmarking
-    from mikasa_robo_suite.vla.utils.apply_wrappers import apply_mikasa_vla_wrappers
+    from mikasa_reference import reference_episode
 
-    from pytest_vlaeval.envs import vulkan
     from pytest_vlaeval.episodes.runner import EpisodeRunner
     from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
     from pytest_vlaeval.policy.loading import parse_policy
@@ -153,25 +150,4 @@ def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does()
         def forward(self, obs: dict) -> torch.Tensor:
             return torch.as_tensor(self.policy.act(obs)).to(torch.bfloat16)
 
-    vulkan.set_backend_env("cpu")
-    vulkan.apply_cpu_patches()
-    env = gym.make(
-        task,
-        num_envs=1,
-        obs_mode=benchmarking.OBS_MODE,
-        control_mode=benchmarking.CONTROL_MODE,
-        reward_mode=benchmarking.REWARD_MODE,
-        render_mode="all",
-        sim_backend="cpu",
-        render_backend="cpu",
-    )
-    env = apply_mikasa_vla_wrappers(env, include_overlays=False)
-    try:
-        result, _ = benchmarking.run_episode(env, ReferencePolicy(), seed)
-    finally:
-        env.close()
-    assert (record.success, record.episode_return, record.length) == (
-        result.success_once,
-        result.episode_return,
-        result.n_steps,
-    )
+    assert (record.success, record.episode_return, record.length) == reference_episode(task, ReferencePolicy(), seed)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from helpers import read_json, run_dir
 
+from pytest_vlaeval import strict_json
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy import as_action_chunk
 from pytest_vlaeval.policy.contract import describe_policy
-from pytest_vlaeval.results import strict_json
 
 SHORT = ["--benchmark=fake.yaml:short"]
 

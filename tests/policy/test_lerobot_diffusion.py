@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import ROOT, TESTS, episode_records
-from lerobot_reference import lerobot_python, pusht_diffusion_checkpoint  # noqa: F401
+from helpers import capped_benchmark, episode_records
+from lerobot_reference import lerobot_python, lerobot_session, pusht_diffusion_checkpoint  # noqa: F401
 
 pytestmark = pytest.mark.lerobot
 
@@ -73,25 +71,11 @@ print(json.dumps({"first": first, "other": other, "again": again, "interleaved":
 """
 
 
-def capped_pusht(directory: Path) -> Path:
-    """A copy of ``benchmarks/pusht.yaml`` whose episodes stop after STEPS steps."""
-    data = yaml.safe_load((ROOT / "benchmarks" / "pusht.yaml").read_text())
-    data["tasks"] = [dict(task, max_steps=STEPS) for task in data["tasks"]]
-    path = directory / "pusht-short.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def start_session(directory: Path, checkpoint: Path, *args: str) -> subprocess.Popen[str]:
     directory.mkdir(parents=True, exist_ok=True)
-    benchmark = capped_pusht(directory)
-    command = [sys.executable, "-m", "pytest", f"--benchmark={benchmark.name}", f"--policy=lerobot:{checkpoint}"]
-    command += ["-p", "no:cacheprovider", "--rootdir", str(directory), "--vla-results=results"]
-    command += [f"--episodes={len(SEEDS)}", f"--vla-start-seed={SEEDS[0]}", *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(TESTS)}
-    return subprocess.Popen(
-        command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    benchmark = capped_benchmark("pusht", STEPS, directory)
+    episodes = (f"--episodes={len(SEEDS)}", f"--vla-start-seed={SEEDS[0]}")
+    return lerobot_session(directory, str(benchmark), checkpoint, *episodes, *args)
 
 
 def test_diffusion_episodes_are_the_same_in_any_order_and_under_xdist(

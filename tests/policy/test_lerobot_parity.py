@@ -12,14 +12,19 @@ These need ``vlaeval install lerobot``; they fail, never skip, without it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, episode_records, read_json
-from lerobot_reference import PUSHT_EPISODES, PUSHT_SEED, pusht_act_checkpoint, pusht_act_reference  # noqa: F401
+from helpers import episode_records, read_json
+from lerobot_reference import (  # noqa: F401
+    PUSHT_EPISODES,
+    PUSHT_SEED,
+    lerobot_session,
+    pusht_act_checkpoint,
+    pusht_act_reference,
+)
 
 pytestmark = pytest.mark.lerobot
 
@@ -37,14 +42,9 @@ def pytest_collection_modifyitems(items):
 """
 
 
-def lerobot_session(directory: Path, checkpoint: Path, *args: str) -> subprocess.Popen[str]:
-    directory.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pytest", "--benchmark=pusht", f"--policy=lerobot:{checkpoint}"]
-    command += ["-p", "no:cacheprovider", "--rootdir", str(directory), "--vla-results=results"]
-    command += [f"--episodes={PUSHT_EPISODES}", f"--vla-start-seed={PUSHT_SEED}", *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(TESTS)}
-    return subprocess.Popen(
-        command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+def pusht_session(directory: Path, checkpoint: Path, *args: str) -> subprocess.Popen[str]:
+    return lerobot_session(
+        directory, "pusht", checkpoint, f"--episodes={PUSHT_EPISODES}", f"--vla-start-seed={PUSHT_SEED}", *args
     )
 
 
@@ -59,8 +59,8 @@ def test_lerobot_checkpoint_episodes_equal_lerobot_evals(
     (tmp_path / "reversed" / "conftest.py").write_text(REVERSED)
     baseline = f"--vla-baseline={pusht_act_reference.output_dir}:seed={PUSHT_SEED}"
     sessions = {
-        "reversed": lerobot_session(tmp_path / "reversed", pusht_act_checkpoint),
-        "parallel": lerobot_session(tmp_path / "parallel", pusht_act_checkpoint, "-n", "2", baseline),
+        "reversed": pusht_session(tmp_path / "reversed", pusht_act_checkpoint),
+        "parallel": pusht_session(tmp_path / "parallel", pusht_act_checkpoint, "-n", "2", baseline),
     }
     runs = {}
     for name, proc in sessions.items():

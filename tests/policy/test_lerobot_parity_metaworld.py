@@ -17,14 +17,13 @@ skips, without them.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, episode_records, read_json
-from lerobot_reference import build_checkpoint, run_lerobot_eval
+from helpers import episode_records, read_json
+from lerobot_reference import build_checkpoint, lerobot_session, run_lerobot_eval
 
 pytestmark = [pytest.mark.lerobot, pytest.mark.metaworld]
 
@@ -44,14 +43,10 @@ def test_a_metaworld_episode_equals_lerobot_evals(tmp_path: Path) -> None:
     (theirs,) = reference.episodes[TASK]
 
     directory = tmp_path / "ours"
-    directory.mkdir()
-    command = [sys.executable, "-m", "pytest", "--benchmark=metaworld", f"--policy=lerobot:{checkpoint}"]
-    command += ["-p", "no:cacheprovider", "--rootdir", str(directory), "--vla-results=results"]
-    command += [f"--vla-tasks={TASK}", "--episodes=1", f"--vla-start-seed={SEED}"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(TESTS)}
-    proc = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=1800)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode in (0, 1), output[-3000:]  # 1: the episode failed, as lerobot-eval's did
+    args = (f"--vla-tasks={TASK}", "--episodes=1", f"--vla-start-seed={SEED}")
+    session = lerobot_session(directory, "metaworld", checkpoint, *args)
+    output, _ = session.communicate(timeout=1800)
+    assert session.returncode in (0, 1), output[-3000:]  # 1: the episode failed, as lerobot-eval's did
     (run_dir,) = (directory / "results").iterdir()
     ours = episode_records(run_dir)[(TASK, SEED)]
 

@@ -154,7 +154,7 @@ class Link:
             ws.close()
 
 
-class _RemoteBase:
+class RemoteClient:
     """What both protocols share: a link closed with the process, numpy observations."""
 
     chunk_size: int
@@ -176,7 +176,7 @@ class _RemoteBase:
         return {key: to_numpy(value) for key, value in obs.items()}
 
 
-class RemotePolicy(_RemoteBase):
+class RemotePolicy(RemoteClient):
     """A policy served over this package's protocol, one server-side episode per ``reset``."""
 
     def __init__(self, remote: RemoteSpec, action_dim: int, benchmark: str = "") -> None:
@@ -274,7 +274,7 @@ class RemotePolicy(_RemoteBase):
         return body
 
 
-class OpenpiPolicy(_RemoteBase):
+class OpenpiPolicy(RemoteClient):
     """A policy behind an openpi server. That protocol has no episode boundary: the server sees
     a stream of observations, so only stateless policies are evaluated correctly this way."""
 

@@ -19,14 +19,14 @@ import numpy as np
 
 from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.serving.client.policies import MAX_REPLY_BYTES, _RemoteBase
+from pytest_vlaeval.serving.client.policies import MAX_REPLY_BYTES, RemoteClient
 from pytest_vlaeval.serving.url import RemoteSpec
 from pytest_vlaeval.serving.wire import vla_eval as wire
 from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
 from pytest_vlaeval.version import __version__
 
 
-class VlaEvalPolicy(_RemoteBase):
+class VlaEvalPolicy(RemoteClient):
     def __init__(self, remote: RemoteSpec, action_dim: int, benchmark: str = "") -> None:
         super().__init__(remote, action_dim, "Bearer", benchmark)
         self._seq = 0

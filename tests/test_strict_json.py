@@ -24,9 +24,9 @@ from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import EpisodeRecord, parse_record, record_line
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import RunStore, write_json_atomic
-from pytest_vlaeval.results.strict_json import MAX_DEPTH, dumps, loads
 from pytest_vlaeval.results.subset import read_episode_list
 from pytest_vlaeval.spec import load_benchmark, select
+from pytest_vlaeval.strict_json import MAX_DEPTH, dumps, loads
 
 SHORT = ["--benchmark=fake.yaml:short", "--episodes=2", "-p", "no:cacheprovider"]
 DEEP = "[" * 100_000

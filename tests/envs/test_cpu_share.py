@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import environ_restored
 
-from pytest_vlaeval.distribute import cpu_share
+from pytest_vlaeval.envs import cpu_share
 
 
 @pytest.fixture(autouse=True)

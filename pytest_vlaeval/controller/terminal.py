@@ -18,9 +18,9 @@ from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED, Verdict
 from pytest_vlaeval.printable import command_line, terminal_safe
 from pytest_vlaeval.report.axes import group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
-from pytest_vlaeval.results.schema import Summary, TaskResult
 from pytest_vlaeval.results.subset import unfinished_shards
 from pytest_vlaeval.run_context import RunContext
+from pytest_vlaeval.schema import Summary, TaskResult
 
 NARROWING = (
     "--lf",

@@ -1,7 +1,7 @@
 """Reading a run's files back, defensively: a run directory may come from someone else (``vlaeval
 merge`` and ``compare`` read them without importing any code), or a crash or a full disk may have
 torn a file. Every file is JSON as ``strict_json`` reads it (finite numbers, shallow nesting),
-checked against the types this package writes it with (``results.schema``, by ``msgspec``); what
+checked against the types this package writes it with (``schema``, by ``msgspec``); what
 is not is one line naming the file and what is wrong, never a traceback or a guess.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, TypeVar, is_typeddict
 import msgspec
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.results.strict_json import loads
+from pytest_vlaeval.strict_json import loads
 
 T = TypeVar("T")
 
