@@ -181,6 +181,9 @@ class LeRobot:
     names: dict[str, tuple[str, int]] = field(default_factory=dict)
     """env id -> (task_group, task_id)."""
     single_task_prefixes: tuple[str, ...] = ()
+    cameras: tuple[str, ...] = ()
+    """The cameras of a ``pixels`` that is a dict of images (LeRobot's ``observation.images.<camera>``);
+    none: ``pixels`` is one image (``observation.image``)."""
 
     def env_id(self, task_group: str, task_id: int) -> str | None:
         """The task LeRobot's ``(task_group, task_id)`` names; None when it names none of this benchmark's."""
@@ -413,7 +416,7 @@ def _lerobot(declared: spec_file.LeRobotFile, axes: tuple[Axis, ...], tasks: tup
     for task, group in zip(tasks, raw, strict=True):
         names[task.env_id] = (renamed[group], counts[group])
         counts[group] += 1
-    return LeRobot(declared.env_type, names, tuple(declared.single_task_prefixes))
+    return LeRobot(declared.env_type, names, tuple(declared.single_task_prefixes), tuple(declared.cameras))
 
 
 def _grid(declared: spec_file.GridFile, by_field: dict[str, Axis], tasks: tuple[Task, ...], path: Path) -> Grid:

@@ -78,6 +78,7 @@ class EnvFile(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
 MOVED_ENV_KEYS = {
     "packages": "install.record",
     "interpreter": "install.own_interpreter: true (the interpreter is named install.stack, else the benchmark)",
+    "lerobot_env": "lerobot.env_type (a top-level lerobot section)",
 }
 """Keys the ``install`` section now says; an old file naming them is refused, not read as env options."""
 
@@ -183,6 +184,9 @@ class LeRobotFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     single_task_prefixes: list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.+-]*$", max_length=64)]] = []
     """Where LeRobot also names a one-task run by the task (``--env.task=push-v3``: task_group
     ``push-v3``, task_id 0): the prefixes that name may carry before the env id (``''``, ``metaworld-``)."""
+    cameras: Annotated[list[Name], msgspec.Meta(max_length=16)] = []
+    """The cameras of a ``pixels`` that is a dict of images, which LeRobot names
+    ``observation.images.<camera>``; none: ``pixels`` is one image."""
 
 
 class BenchmarkFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

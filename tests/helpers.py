@@ -262,6 +262,18 @@ def capped_benchmark(name: str, steps: int, directory: Path) -> Path:
     return path
 
 
+REVERSED_ORDER = """
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items):
+    yield
+    items.reverse()  # after the plugin has put them in benchmark order
+"""
+"""A ``conftest.py`` that runs a session's episodes in reverse benchmark order."""
+
+
 @contextlib.contextmanager
 def ended_on_exit(*procs: subprocess.Popen[str]) -> Iterator[None]:
     """Processes running beside a test (sessions, a reference loop), killed if the test leaves

@@ -16,7 +16,8 @@ The features are the ones LeRobot's env wrappers give the policy (``envs/configs
 ``preprocess_observation``): Push-T a 96x96 ``observation.image`` and a 2-vector
 ``observation.state`` (the pusher's position in 0..512), its action a 2-vector target in the same
 frame; Meta-World a 480x480 ``observation.image`` and the first 4 entries of the raw state, its
-action a 4-vector in [-1, 1]. The normalisation statistics are stated below, not measured: a random
+action a 4-vector in [-1, 1]; ALOHA the 480x640 top camera as ``observation.images.top`` and the 14
+joint positions, its action 14 joint targets. The normalisation statistics are stated below, not measured: a random
 policy's outputs are near zero, so mean/std (or min/max) put its actions around the workspace's
 centre, moving enough to change the reward from one episode to the next.
 
@@ -61,10 +62,11 @@ def _vector_stats(size: int, low: float, high: float) -> dict[str, torch.Tensor]
     }
 
 
-# benchmark -> (image shape, state size, action size, the state's and action's range)
+# benchmark -> (image feature, its shape, state size, action size, the state's and action's range)
 BENCHMARKS = {
-    "pusht": ((3, 96, 96), 2, 2, (0.0, 512.0)),
-    "metaworld": ((3, 480, 480), 4, 4, (-1.0, 1.0)),
+    "pusht": (IMAGE, (3, 96, 96), 2, 2, (0.0, 512.0)),
+    "metaworld": (IMAGE, (3, 480, 480), 4, 4, (-1.0, 1.0)),
+    "aloha": ("observation.images.top", (3, 480, 640), 14, 14, (-1.0, 1.0)),
 }
 
 # policy -> its configuration beyond the features (small and fast, and no download)
@@ -110,20 +112,20 @@ POLICIES = {
 
 def build(env: str, policy: str, out: Path, seed: int = 0) -> Path:
     """Write the checkpoint of ``policy`` for ``env``'s features to ``out``; returns ``out``."""
-    image_shape, state_size, action_size, (low, high) = BENCHMARKS[env]
+    image, image_shape, state_size, action_size, (low, high) = BENCHMARKS[env]
     config = make_policy_config(
         policy,
         device="cpu",
         push_to_hub=False,
         input_features={
-            IMAGE: PolicyFeature(type=FeatureType.VISUAL, shape=image_shape),
+            image: PolicyFeature(type=FeatureType.VISUAL, shape=image_shape),
             STATE: PolicyFeature(type=FeatureType.STATE, shape=(state_size,)),
         },
         output_features={ACTION: PolicyFeature(type=FeatureType.ACTION, shape=(action_size,))},
         **POLICIES[policy],
     )
     stats = {
-        IMAGE: IMAGE_STATS,
+        image: IMAGE_STATS,
         STATE: _vector_stats(state_size, low, high),
         ACTION: _vector_stats(action_size, low, high),
     }

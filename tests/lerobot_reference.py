@@ -101,7 +101,8 @@ def lerobot_session(directory: Path, benchmark: str, checkpoint: Path, *args: st
     directory.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pytest", f"--benchmark={benchmark}", f"--policy=lerobot:{checkpoint}"]
     command += ["-p", "no:cacheprovider", "--rootdir", str(directory), "--vla-results=results", *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(TESTS)}
+    paths = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": paths}
     return subprocess.Popen(
         command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

@@ -1,4 +1,4 @@
-"""MuJoCo's headless GL for the MuJoCo benchmarks (LIBERO, LIBERO-PRO, Meta-World): the backend
+"""MuJoCo's headless GL for the MuJoCo benchmarks (LIBERO, LIBERO-PRO, Meta-World, ALOHA): the backend
 ``--vla-render`` picks, the renderer that backend found (recorded with every episode: images
 depend on it), and a render check a preflight runs in a throwaway process.
 

@@ -123,7 +123,6 @@ def lerobot_stack(pusht: Stack, metaworld: Stack) -> Stack:
 
 
 @functools.cache
-@functools.cache
 def stacks() -> dict[str, Stack]:
     """Every stack ``vlaeval install`` knows, by name: the built-in benchmarks' (in name order),
     then LeRobot's. Parsed once a process: a command asks several times, and the files do not change."""

@@ -4,9 +4,9 @@ LeRobot pretrained-model directory holds, and whether the benchmark gives what i
 The directory is someone else's: its ``config.json`` is read as untrusted JSON, and only the
 fields named here are looked at. What a benchmark's observation keys become for a LeRobot policy
 is LeRobot's ``preprocess_observation`` naming (``pixels`` -> ``observation.image``, ``agent_pos``
--> ``observation.state``, ``environment_state`` -> ``observation.environment_state``); a key it
-does not know is counted as not given, and a benchmark whose ``pixels`` is a dict of cameras
-(LeRobot's ``observation.images.<camera>``) is not among those with a ``lerobot.env_type`` yet.
+-> ``observation.state``, ``environment_state`` -> ``observation.environment_state``, and a
+``pixels`` dict of the cameras ``lerobot.cameras`` names -> ``observation.images.<camera>``); a key
+it does not know is counted as not given.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
         )
     config = _config(spec)
     wanted = _input_features(spec, config)
-    given = [_RENAMED[key] for key in benchmark.env.policy_obs_keys if key in _RENAMED]
+    given = _given_features(benchmark)
     lacking = [name for name in wanted if name not in given]
     if lacking:
         raise SpecError(
@@ -61,6 +61,18 @@ def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
             f"{spec.option} {spec.text!r} returns actions of shape {tuple(action)}, where {benchmark.title} takes "
             f"({benchmark.env.action_dim},)"
         )
+
+
+def _given_features(benchmark: Benchmark) -> list[str]:
+    """LeRobot's names of what the benchmark's policies see (``preprocess_observation``'s renaming)."""
+    cameras = benchmark.lerobot.cameras
+    given = []
+    for key in benchmark.env.policy_obs_keys:
+        if key == "pixels" and cameras:
+            given += [f"observation.images.{camera}" for camera in cameras]
+        elif key in _RENAMED:
+            given.append(_RENAMED[key])
+    return given
 
 
 def _config(spec: LeRobotCheckpoint) -> dict[str, Any]:

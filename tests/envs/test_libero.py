@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from episode_digest import read_digests
-from helpers import ROOT, capped_benchmark, digesting_session, episode_records, read_json, together
+from helpers import REVERSED_ORDER, ROOT, capped_benchmark, digesting_session, episode_records, read_json, together
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
@@ -35,15 +35,6 @@ TASKS = (
 POLICY = "libero_reference:Deterministic"
 
 
-REVERSED = """import pytest
-
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items):
-    yield
-    items.reverse()
-"""
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> list:
     """Episodes 0, 1, 2 of TASKS[0] as the harnesses run them (fresh env, seed 7 once, in order), in
@@ -59,7 +50,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> lis
         "lockstep": ("--episodes=3", "--vla-lockstep=3"),
     }
     folders = {name: tmp_path_factory.mktemp(name) for name in sessions}
-    (folders["lockstep"] / "conftest.py").write_text(REVERSED)
+    (folders["lockstep"] / "conftest.py").write_text(REVERSED_ORDER)
 
     def session(name: str) -> tuple:
         proc, run_dir = run_session(folders[name], short_benchmark, *sessions[name])

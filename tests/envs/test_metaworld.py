@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from episode_digest import DIGEST_DIR
-from helpers import ROOT, TESTS, ended_on_exit, episode_records, read_json
+from helpers import REVERSED_ORDER, ROOT, TESTS, ended_on_exit, episode_records, read_json
 
 pytestmark = pytest.mark.metaworld
 
@@ -33,15 +33,6 @@ SEEDS = [1000, 1001, 1002]
 STEPS = 4
 EXPERT_TASK = "stick-push-v3"
 """metaworld's scripted expert solves it in 31-34 steps on seeds 1000-1002."""
-REVERSED = """
-import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items):
-    yield
-    items.reverse()  # after the plugin has put them in benchmark order
-"""
 
 
 def metaworld_python() -> Path:
@@ -111,7 +102,7 @@ def test_metaworld_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
     benchmark = capped_copy(tmp_path, TASKS, STEPS)
     serial_dir, parallel_dir = tmp_path / "serial", tmp_path / "parallel"
     serial_dir.mkdir()
-    (serial_dir / "conftest.py").write_text(REVERSED)
+    (serial_dir / "conftest.py").write_text(REVERSED_ORDER)
     serial = start_session(serial_dir, benchmark, "--episodes=3")
     parallel = start_session(parallel_dir, benchmark, "--episodes=3", "-n", "2")
     reference_proc = start_reference(tmp_path / "reference", TASKS, SEEDS, STEPS)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from episode_digest import DIGEST_DIR
-from helpers import ROOT, TESTS, ended_on_exit, episode_records, read_json
+from helpers import REVERSED_ORDER, ROOT, TESTS, ended_on_exit, episode_records, read_json
 
 from pytest_vlaeval.spec import load_benchmark
 
@@ -46,15 +46,6 @@ def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:
 PARITY_SEEDS = [1000, 1001, 1002, 1003, 1004]
 SOLVED_SEED = 1015
 """The scripted pusher's quickest success among seeds 1000-1049 (64 steps)."""
-REVERSED = """
-import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items):
-    yield
-    items.reverse()  # after the plugin has put them in benchmark order
-"""
 
 
 def pusher_session(directory: Path, *args: str, policy: str = "pusht_reference:Pusher") -> subprocess.Popen[str]:
@@ -85,7 +76,7 @@ def test_pusher_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
 
     serial_dir, parallel_dir, lockstep_dir = tmp_path / "serial", tmp_path / "parallel", tmp_path / "lockstep"
     serial_dir.mkdir()
-    (serial_dir / "conftest.py").write_text(REVERSED)
+    (serial_dir / "conftest.py").write_text(REVERSED_ORDER)
     serial = pusher_session(serial_dir, "--episodes=5")
     parallel = pusher_session(parallel_dir, "--episodes=5", "-n", "2")
     # Five episodes stepped together, ending at different steps: a row that ends never moves another's

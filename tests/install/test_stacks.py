@@ -102,6 +102,7 @@ def _write(tmp_path: Path, install: str, env_extra: str = "") -> Path:
     [
         ("  packages: [gymnasium]\n", "env.packages is now install.record; move it there"),
         ("  interpreter: mine\n", "env.interpreter is now install.own_interpreter: true"),
+        ("  lerobot_env: pusht\n", "env.lerobot_env is now lerobot.env_type"),
     ],
 )
 def test_the_old_spelling_is_refused_in_one_line(tmp_path: Path, env_extra: str, says: str) -> None:

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import capped_benchmark, episode_records
+from helpers import REVERSED_ORDER, capped_benchmark, episode_records
 from lerobot_reference import lerobot_python, lerobot_session, pusht_diffusion_checkpoint  # noqa: F401
 
 pytestmark = pytest.mark.lerobot
@@ -33,15 +33,6 @@ RETURN_TOLERANCE = 1e-12
 episode's actions in one process, its reward at a step moved by one ulp after another episode had
 run (seed 1003: sum 1.8196502346495476 against ...478)."""
 
-REVERSED = """
-import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items):
-    yield
-    items.reverse()
-"""
 
 SAMPLE = """
 import json, sys
@@ -83,7 +74,7 @@ def test_diffusion_episodes_are_the_same_in_any_order_and_under_xdist(
     pusht_diffusion_checkpoint: Path,  # noqa: F811
 ) -> None:
     (tmp_path / "reversed").mkdir()
-    (tmp_path / "reversed" / "conftest.py").write_text(REVERSED)
+    (tmp_path / "reversed" / "conftest.py").write_text(REVERSED_ORDER)
     sessions = {
         "reversed": start_session(tmp_path / "reversed", pusht_diffusion_checkpoint),
         # each worker runs its episodes in seed order, interleaved with the other's on one server

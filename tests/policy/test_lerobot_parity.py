@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import episode_records, read_json
+from helpers import REVERSED_ORDER, episode_records, read_json
 from lerobot_reference import (  # noqa: F401
     PUSHT_EPISODES,
     PUSHT_SEED,
@@ -30,16 +30,6 @@ pytestmark = pytest.mark.lerobot
 
 SUM_TOLERANCE = 1e-12
 """Relative: two summation orders of 300 float64 rewards differ in the last bits (seen: 3e-15)."""
-
-REVERSED = """
-import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items):
-    yield
-    items.reverse()
-"""
 
 
 def pusht_session(directory: Path, checkpoint: Path, *args: str) -> subprocess.Popen[str]:
@@ -56,7 +46,7 @@ def test_lerobot_checkpoint_episodes_equal_lerobot_evals(
     reference = pusht_act_reference.episodes["pusht"]
     assert [episode.seed for episode in reference] == list(range(PUSHT_SEED, PUSHT_SEED + PUSHT_EPISODES))
     (tmp_path / "reversed").mkdir()
-    (tmp_path / "reversed" / "conftest.py").write_text(REVERSED)
+    (tmp_path / "reversed" / "conftest.py").write_text(REVERSED_ORDER)
     baseline = f"--vla-baseline={pusht_act_reference.output_dir}:seed={PUSHT_SEED}"
     sessions = {
         "reversed": pusht_session(tmp_path / "reversed", pusht_act_checkpoint),

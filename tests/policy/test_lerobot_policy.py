@@ -115,6 +115,15 @@ def test_an_unusable_checkpoint_is_one_line_before_any_episode(pytester: pytest.
     assert_one_line_usage_error(result, expected)
 
 
+def test_a_single_image_checkpoint_is_refused_where_the_benchmark_has_named_cameras(pytester: pytest.Pytester) -> None:
+    """ALOHA's pixels are a dict of cameras (``lerobot.cameras: [top]``): LeRobot names its image
+    ``observation.images.top``, so a Push-T checkpoint's ``observation.image`` is not given there."""
+    path = checkpoint(pytester.path / "c")
+    result = pytester.runpytest("--benchmark=aloha", f"--policy=lerobot:{path}", "-p", "no:cacheprovider")
+    expected = "reads observation.image, which ALOHA does not give (it gives observation.images.top, observation.state)"
+    assert_one_line_usage_error(result, expected)
+
+
 def test_a_checkpoint_whose_config_is_not_a_policy_config_is_refused(pytester: pytest.Pytester) -> None:
     path = checkpoint(pytester.path / "c")
     (path / "config.json").write_text(json.dumps(["not", "a", "config"]))

@@ -624,8 +624,10 @@ def test_every_bad_request_gets_a_reply_and_every_slot_comes_back(
         assert ask(ws, {"type": "open", "episode": "e", **info})["type"] == "opened"
         for obs, reason in [
             ({}, None),
-            ({b"x": np.zeros(2)}, "'act' needs 'obs' as a map of names to arrays, strings or numbers"),
-            ({"x": [1, 2]}, "'act' needs 'obs' as a map of names to arrays, strings or numbers"),
+            ({"pixels": {"top": np.zeros(2)}}, None),  # a dict of cameras passes the check
+            ({b"x": np.zeros(2)}, "'act' needs 'obs' as a map of names to arrays, strings, numbers or such maps"),
+            ({"x": [1, 2]}, "'act' needs 'obs' as a map of names to arrays, strings, numbers or such maps"),
+            ({"x": {"y": {"z": np.zeros(2)}}}, "or such maps (at most 2 deep: a dict of cameras)"),
         ]:
             step = -1 if reason is None else 0
             reply = ask(ws, {"type": "act", "episode": "e", "step": step, "obs": obs})
@@ -759,7 +761,9 @@ def test_openpi_mode_answers_a_malformed_observation_and_keeps_serving(start_ser
         for bad in ({b"rgb": np.zeros(2)}, {"rgb": [1, 2]}):
             ws.send(protocol.pack(bad))
             reply = ws.recv(WAIT_S)
-            assert reply == "bad request: an observation must be a map of names to arrays, strings or numbers"
+            assert reply.startswith(
+                "bad request: an observation must be a map of names to arrays, strings, numbers or such maps"
+            )
         ws.send(protocol.pack({"prompt": "ok", "proprio": np.zeros((1, 7), np.float32)}))
         assert protocol.unpack(ws.recv(WAIT_S))["actions"].shape == (1, 7)
 

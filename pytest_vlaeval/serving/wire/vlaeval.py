@@ -90,6 +90,21 @@ REPLY_FIELDS: dict[str, dict[str, type]] = {
 }
 
 
+_OBS_VALUES = (np.ndarray, np.generic, str, int, float, bool)
+MAX_OBS_DEPTH = 2
+"""How deep an observation's maps may nest: one level below the top (ALOHA's and LIBERO's ``pixels``
+under LeRobot's naming hold a dict of cameras)."""
+
+
+def _observation(value: dict[Any, Any], depth: int) -> bool:
+    """Whether ``value`` maps names to observation values or to such maps, at most ``depth`` deep."""
+    return all(
+        isinstance(key, str)
+        and (isinstance(item, _OBS_VALUES) or (depth > 1 and isinstance(item, dict) and _observation(item, depth - 1)))
+        for key, item in value.items()
+    )
+
+
 FIELD_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "episode": (lambda v: 0 < len(v) <= 128, "a non-empty id of at most 128 characters"),
     "task": (lambda v: 0 < len(v) <= 256, "a non-empty name of at most 256 characters"),
@@ -98,13 +113,12 @@ FIELD_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_steps": (lambda v: v >= 1, "an int >= 1"),
     "step": (lambda v: v >= 0, "an int >= 0"),
     "obs": (
-        lambda v: all(isinstance(k, str) and isinstance(x, _OBS_VALUES) for k, x in v.items()),
-        "a map of names to arrays, strings or numbers",
+        lambda v: _observation(v, MAX_OBS_DEPTH),
+        f"a map of names to arrays, strings, numbers or such maps (at most {MAX_OBS_DEPTH} deep: a dict of cameras)",
     ),
 }
 """What a well-typed field must also satisfy, checked at the boundary so no handler meets a value it
 cannot use (a negative seed, for one, has no episode RNG)."""
-_OBS_VALUES = (np.ndarray, np.generic, str, int, float, bool)
 
 
 class ProtocolError(Exception):

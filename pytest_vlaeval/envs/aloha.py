@@ -1,0 +1,108 @@
+"""ALOHA (gym-aloha 0.1.4) as LeRobot evaluates it, behind the plain-Python adapter interface.
+
+The env is built as LeRobot's ``AlohaEnv`` config has ``gym.make`` build it
+(``src/lerobot/envs/configs.py``): ``gym.make("gym_aloha/<task>", obs_type="pixels_agent_pos",
+render_mode="rgb_array", max_episode_steps=400)``, gymnasium's env checker off. ``reset(seed=i)``
+places the objects from ``RandomState(i)`` (gym-aloha keeps that pose in a module global that the
+dm_control task reads as it resets, so one process may hold several envs as long as each reset
+runs whole). What the policy sees is the env's observation as it comes: ``pixels`` a dict holding
+the ``top`` camera's 480x640 uint8 image (LeRobot's ``observation.images.top``) and ``agent_pos``
+the 14 joint positions, float64; its action, 14 joint targets, goes to ``step`` as float32, as
+LeRobot's rollout passes it. The reward is the stage reached (0-4); ``info["is_success"]`` (stage
+4) ends the episode (``terminated``), else the time limit does.
+
+ALOHA runs on dm-control with MuJoCo 3.8.1 and numpy 2, so it has an interpreter of its own
+(``install.own_interpreter`` in its file); this module imports gym-aloha and MuJoCo only inside the
+factory and the preflight check, after MUJOCO_GL is set.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from pytest_vlaeval.envs.adapter import Adapter, MaxReward, Reset, Step
+from pytest_vlaeval.envs.mujoco_gl import gl_renderer, preflight_main, render_problem, set_gl_backend
+from pytest_vlaeval.errors import EnvError
+from pytest_vlaeval.spec import Benchmark, Task
+
+INSTALL_HINT = "run `vlaeval install aloha` (it makes ALOHA's own interpreter)"
+CAMERA = "top"
+
+
+class AlohaEnv(MaxReward, Adapter):
+    """Adapter: ``reset(seed=i)`` gives LeRobot's episode for seed i; the episode's maximum step
+    reward (the highest stage reached; LeRobot's ``max_reward``) is its extra."""
+
+    def __init__(self, env: Any, *, instruction: str, gl: str) -> None:
+        self.env = env
+        self.instruction = instruction
+        self.max_episode_steps = int(env.spec.max_episode_steps)
+        self.gl = gl
+        self.renderer: str | None = None
+
+    @property
+    def render_backend(self) -> str:
+        """``<MUJOCO_GL>: <GL renderer, version>``, read once the env has rendered (its context is current then)."""
+        return f"{self.gl}: {self.renderer or 'not rendered yet'}"
+
+    def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
+        obs, info = self.env.reset(seed=int(seed), options=options or None)
+        if self.renderer is None:
+            self.renderer = gl_renderer()
+        self.start_episode()
+        return obs, {**info, "language_instruction": self.instruction, "success": bool(info.get("is_success"))}
+
+    def step(self, action: np.ndarray) -> Step:
+        obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32).reshape(-1))
+        info = {**info, "language_instruction": self.instruction, "success": bool(info["is_success"])}
+        return obs, self.saw_reward(reward), bool(terminated), bool(truncated), info
+
+    def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
+        return np.asarray(obs["pixels"][CAMERA])
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def make_env(task: Task, benchmark: Benchmark, render_request: str) -> AlohaEnv:
+    """Build the task's env as LeRobot does, with the benchmark file's ``obs_type`` and step limit."""
+    gl = set_gl_backend(render_request)
+    import gymnasium as gym
+
+    try:
+        import gym_aloha  # noqa: F401  (registers the env ids)
+    except Exception as exc:
+        raise EnvError(f"gym-aloha does not import ({type(exc).__name__}: {exc}): {INSTALL_HINT}") from None
+    env_id = f"gym_aloha/{task.env_id}"
+    try:
+        env = gym.make(
+            env_id,
+            obs_type=benchmark.env.options["obs_type"],
+            render_mode="rgb_array",
+            max_episode_steps=task.max_steps,
+            disable_env_checker=True,  # as LeRobot builds it (the checker changes no value, only warns)
+        )
+    except Exception as exc:
+        raise EnvError(f"cannot build {env_id} (MUJOCO_GL={gl}): {type(exc).__name__}: {exc}") from exc
+    return AlohaEnv(env, instruction=task.instruction, gl=gl)
+
+
+def check(render_request: str) -> str | None:
+    """Create a MuJoCo offscreen context, render, and import gym-aloha; None when it works, else one
+    actionable line."""
+    gl = set_gl_backend(render_request)
+    problem = render_problem(gl, "vlaeval install aloha")
+    if problem:
+        return problem
+    try:
+        import gym_aloha  # noqa: F401
+    except Exception as exc:
+        return f"gym-aloha does not import ({type(exc).__name__}: {exc}): {INSTALL_HINT}"
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(preflight_main(check, sys.argv[1:]))
