@@ -11,6 +11,7 @@ import numpy  # noqa: F401
 import pytest
 
 HERE = Path(__file__).parent
+LEFT_OUT = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,6 +24,37 @@ def pytest_configure(config: pytest.Config) -> None:
     }
     for noise in noises:
         config.addinivalue_line("filterwarnings", noise)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long",
+        action="store_true",
+        help="also run the cases marked long (CI runs them apart: ./scripts/test.sh --long -m long)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``--long``, the cases marked ``long`` are deselected (and counted as such), so the
+    default run stays short; CI runs them in a second session."""
+    if config.getoption("--long"):
+        return
+    kept = [item for item in items if item.get_closest_marker("long") is None]
+    if len(kept) < len(items):
+        left_out = [item for item in items if item.get_closest_marker("long") is not None]
+        config.hook.pytest_deselected(items=left_out)
+        config.stash[LEFT_OUT] = len(left_out)
+        items[:] = kept
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    left_out = config.stash.get(LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"{left_out} long cases (real lerobot-eval runs, a real Slurm array, long real-simulator sessions) "
+            "were left out: ./scripts/test.sh --long -m long runs them, as CI does",
+            yellow=True,
+        )
 
 
 @pytest.fixture

@@ -75,6 +75,7 @@ def test_libero_yaml_smoke_reproduces_the_spatial_suite() -> None:
     assert {k: v for k, v in generated.items() if k != "tasks"} == {k: v for k, v in committed.items() if k != "tasks"}
 
 
+@pytest.mark.long
 def test_bench_serving_smoke() -> None:
     """Real servers in child processes, real clients in forked processes: the table and the checks print."""
     pytest.importorskip("torch")
@@ -86,6 +87,7 @@ def test_bench_serving_smoke() -> None:
     assert sum(line.startswith(("PASS", "MISS")) for line in proc.stdout.splitlines()) == 4
 
 
+@pytest.mark.long
 def test_bench_protocols_smoke() -> None:
     """Each wire protocol's server and client, and vla-eval's own server, serve the same policy."""
     pytest.importorskip("torch")
@@ -168,6 +170,7 @@ def test_the_gpu_wheel_list_covers_every_runtime_dependency() -> None:
     assert wanted - covered == set()
 
 
+@pytest.mark.long
 def test_gpu_check_without_a_gpu_runs_every_cpu_row(tmp_path: Path) -> None:
     """No CUDA device here: one line says so, the CPU rows of every part that has one run, exit 0.
     Run from a fresh clone's point of view: no asset pack downloaded (``MS_ASSET_DIR`` empty), no
@@ -190,6 +193,7 @@ def test_gpu_check_without_a_gpu_runs_every_cpu_row(tmp_path: Path) -> None:
     assert all(row[2].strip() != "skipped" for row in rows if row[0].strip() == "6 libero"), "LIBERO is installed here"
 
 
+@pytest.mark.long
 def test_gpu_check_runs_another_script_after_the_same_setup(tmp_path: Path) -> None:
     """``--script`` runs the given script in gpu_bench.py's place; with ``VLAEVAL_ASSET_DIR`` the
     setup installs (or finds) the wheels' missing data files first, with the installed package."""
@@ -200,6 +204,7 @@ def test_gpu_check_runs_another_script_after_the_same_setup(tmp_path: Path) -> N
     assert re.search(r"^lamp_mesh: ", proc.stderr, re.M), proc.stderr[-3000:]
 
 
+@pytest.mark.long
 @pytest.mark.mikasa
 def test_bench_reference_order_smoke_prints_a_row_per_task_and_the_flip_count() -> None:
     """One task, 2 seeds, the observed policy, the shipped order against fresh envs (in two
@@ -213,6 +218,7 @@ def test_bench_reference_order_smoke_prints_a_row_per_task_and_the_flip_count() 
     assert re.search(r"^success flips in all: \d of 2 episodes; render cpu", proc.stdout, re.M), proc.stdout
 
 
+@pytest.mark.long
 @pytest.mark.mikasa
 def test_bench_scheduling_smoke() -> None:
     """The reference runner and a pytest session under -n 2 on the same real episodes agree exactly."""
@@ -222,6 +228,7 @@ def test_bench_scheduling_smoke() -> None:
     assert [line.split()[0] for line in proc.stdout.splitlines()[2:4]] == ["reference", "affinity"]
 
 
+@pytest.mark.long
 def test_gate_check_puts_each_plan_beside_real_sessions() -> None:
     """Two sessions per case through the real plugin on the coin benchmark: a row per correlation and
     case, the plan's numbers and the sessions' counts within range."""
@@ -235,6 +242,7 @@ def test_gate_check_puts_each_plan_beside_real_sessions() -> None:
         assert re.fullmatch(r"[0-2]/2", cells[2]) and 0 < float(cells[3]) <= 1, cells
 
 
+@pytest.mark.long
 def test_bench_collection_smoke_counts_every_item() -> None:
     """Two episodes per task of MIKASA's short split: collection alone, no simulator."""
     proc = run_script("bench_collection.py", "--smoke", timeout=120)
@@ -254,6 +262,7 @@ def test_blocks_rows_count_each_block_once_and_compare_with_k1(gpu_bench) -> Non
     assert rows[1][3] == "2,400 episodes/h (session), 4,800 episodes/h (in blocks), SR 0.500 (2/4), 3/4 records as K=1"
 
 
+@pytest.mark.long
 def test_bench_lockstep_smoke_gives_identical_records_in_every_row() -> None:
     """Push-T in lockstep blocks and through a served policy: every row's records are K=1's."""
     proc = run_script("bench_lockstep.py", "--smoke", timeout=600)
@@ -279,6 +288,7 @@ def test_help_names_the_options() -> None:
     assert all(option in done.stdout for option in ("--sizes", "--workers", "--where", "--smoke"))
 
 
+@pytest.mark.long
 def test_smoke_measures_evaluations_beside_a_plain_test() -> None:
     done = run("--smoke")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -290,6 +300,7 @@ def test_smoke_measures_evaluations_beside_a_plain_test() -> None:
     assert rows[0][7] == "1.00x"  # each size against the first
 
 
+@pytest.mark.long
 def test_bench_cluster_smoke_merges_every_record_and_times_the_shards() -> None:
     done = run_script("bench_cluster.py", "--smoke")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -302,6 +313,7 @@ def test_bench_cluster_smoke_merges_every_record_and_times_the_shards() -> None:
     assert float(local) > 0 and float(shards) > 0 and float(merge) > 0 and overhead.endswith("%"), done.stdout
 
 
+@pytest.mark.long
 def test_bench_interpreter_smoke_puts_both_interpreters_side_by_side() -> None:
     """The same sessions with the workers in this interpreter and in another, and the ratio."""
     proc = run_script("bench_interpreter.py", "--smoke", timeout=300)

@@ -99,6 +99,7 @@ def slow_array(fake: pytest.Pytester, cluster: dict[str, str]) -> tuple[list[str
     return jobs, fake.path / "cluster" / next(p.name for p in _wait_for_dir(fake.path / "cluster"))
 
 
+@pytest.mark.long
 def test_a_cancelled_array_task_is_completed_with_exactly_what_it_missed(
     fake: pytest.Pytester, cluster: dict[str, str]
 ) -> None:
@@ -209,6 +210,7 @@ def _array_task_pid(array_job: str, task: str) -> int:
     raise AssertionError(f"no process of array task {array_job}_{task}")
 
 
+@pytest.mark.long
 @pytest.mark.mikasa
 def test_a_real_mikasa_array_merges_to_what_a_local_session_records(tmp_path: Path, cluster: dict[str, str]) -> None:
     """2 shards x 2 short tasks x 2 seeds on the cluster, beside the same episodes in one local session."""

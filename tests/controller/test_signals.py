@@ -186,6 +186,7 @@ def test_ctrl_c_during_evaluate_lets_the_session_store_its_partial_run(fake: pyt
         assert "resumed 6 False" in lines, output
 
 
+@pytest.mark.long
 def test_a_frozen_worker_is_ended_by_the_controller_and_the_run_completes(fake: pytest.Pytester) -> None:
     proc = session(fake, "--policy=slow:Slow", "-n", "2", "--vla-timeout=5")
     wait_for_records(fake.path / "results", 2, proc)
@@ -219,6 +220,7 @@ def mid_episode(worker: psutil.Process, folder: Path) -> None:
     worker.send_signal(signal.SIGSTOP)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("live", ["off", "on"])
 def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_episode(
     fake: pytest.Pytester, live: str

@@ -74,6 +74,7 @@ def test_socket_workers_send_their_episodes_to_the_controller(fake: pytest.Pytes
     assert not any((host / "results").exists() for host in hosts), "results live on the controller"
 
 
+@pytest.mark.long
 def test_a_frozen_remote_worker_is_cut_off_and_no_local_process_is_signalled(
     fake: pytest.Pytester, tmp_path: Path
 ) -> None:

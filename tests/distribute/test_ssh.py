@@ -100,6 +100,7 @@ def test_ssh_workers_run_the_affinity_scheduler_and_send_back_every_record(
     assert not (home / "results").exists(), "results live on the controller, not the workstation"
 
 
+@pytest.mark.long
 def test_a_frozen_ssh_worker_is_cut_off_not_signalled_and_the_run_finishes(
     fake: pytest.Pytester, ssh_home: tuple[str, Path]
 ) -> None:

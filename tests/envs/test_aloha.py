@@ -148,6 +148,7 @@ def start_in_aloha(code: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.long
 @pytest.mark.parity
 def test_aloha_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
     """Both tasks x seeds 1000-1001, run in reverse order by one worker and under -n 2, are LeRobot's
@@ -274,6 +275,7 @@ def test_the_preflight_check_passes_in_alohas_interpreter_and_names_the_install_
     assert here.returncode == 1 and "vlaeval install aloha" in here.stdout.strip().splitlines()[-1], here.stdout
 
 
+@pytest.mark.long
 @pytest.mark.lerobot
 def test_a_lerobot_checkpoint_plays_aloha_from_lerobots_interpreter(tmp_path: Path) -> None:
     """A random-init ACT built for ALOHA's features (``observation.images.top``, 14 joints) runs as

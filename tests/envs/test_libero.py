@@ -90,6 +90,7 @@ def parallel(runs: list) -> tuple:
     return runs[1]
 
 
+@pytest.mark.long
 def test_out_of_order_episodes_equal_the_harness_loop(reference: list[dict]) -> None:
     """Episodes 2, 0, 1 of one env (a jump ahead, a step back, then in order) are the reference's
     episodes 2, 0, 1: same observations, same actions, bit for bit."""
@@ -132,6 +133,7 @@ def test_out_of_order_episodes_equal_the_harness_loop(reference: list[dict]) -> 
     )
 
 
+@pytest.mark.long
 def test_xdist_session_items_json_and_parity(parallel: tuple, reference: list[dict]) -> None:
     proc, run_dir, seen = parallel
     assert proc.returncode == 1, proc.stdout + proc.stderr  # no success within 5 steps: failures
@@ -158,6 +160,7 @@ def test_xdist_session_items_json_and_parity(parallel: tuple, reference: list[di
     assert packages["robosuite"] == "1.4.0" and packages["numpy"].startswith("1.26")
 
 
+@pytest.mark.long
 def test_episode_alone_on_a_fresh_worker_replays_and_matches(runs: list, reference: list[dict]) -> None:
     """Episode 2 run by itself (a rerun, a shard) replays two resets and is still episode 2."""
     proc, run_dir, seen = runs[2]
@@ -169,6 +172,7 @@ def test_episode_alone_on_a_fresh_worker_replays_and_matches(runs: list, referen
     assert read_json(run_dir / "summary.json")["replayed_resets"] == 4  # 2 per task
 
 
+@pytest.mark.long
 def test_a_lockstep_block_starts_each_episode_from_its_own_initial_state(runs: list, reference: list[dict]) -> None:
     """Episodes 0-2 stepped together on one worker, in reverse order, are the reference's: a row's
     initial state is its seed's, never where another row of the block left the simulator (LeRobot's
@@ -219,6 +223,7 @@ def test_benchmark_file_matches_the_installed_package() -> None:
     assert made.stdout == (ROOT / "benchmarks" / "libero.yaml").read_text()
 
 
+@pytest.mark.long
 def test_video_of_a_libero_episode(tmp_path: Path) -> None:
     """``--vla-video`` works on LIBERO: one frame per observation, agent view beside both cameras."""
     import cv2

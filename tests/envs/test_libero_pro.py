@@ -104,6 +104,7 @@ def reference(runs: list) -> dict[str, list[dict]]:
     return runs[1]
 
 
+@pytest.mark.long
 def test_the_policy_gets_the_bddl_instruction_not_the_file_name(session: tuple) -> None:
     """The trap: in LIBERO-PRO's task suite the package's ``task.language`` (from the file name) is
     the original instruction; the policy in a real session gets the BDDL file's perturbed one."""
@@ -119,6 +120,7 @@ def test_the_policy_gets_the_bddl_instruction_not_the_file_name(session: tuple) 
     }
 
 
+@pytest.mark.long
 @pytest.mark.parity
 def test_session_episodes_equal_libero_pro_runner(session: tuple, reference: dict[str, list[dict]]) -> None:
     """Under -n 2, each task's episodes 0..3 are the runner's: the same first image, instruction,
@@ -143,6 +145,7 @@ def test_session_episodes_equal_libero_pro_runner(session: tuple, reference: dic
     assert summary["sr_per_perturbation"] == {"task": 0.0, "position": 0.0}
 
 
+@pytest.mark.long
 @pytest.mark.parity
 def test_episodes_out_of_order_equal_the_runner(reference: dict[str, list[dict]]) -> None:
     """One env, episode 1 first (one reset replayed), then 0 (a step back re-seeds): the runner's

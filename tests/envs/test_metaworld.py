@@ -94,6 +94,7 @@ def finished(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return proc.returncode, output
 
 
+@pytest.mark.long
 @pytest.mark.parity
 def test_metaworld_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
     """Three tasks x seeds 1000-1002, run in reverse order by one worker and under -n 2, are LeRobot's
@@ -187,6 +188,7 @@ print(json.dumps({"harness": harness, "reference": reference, "max_steps": env.m
 """
 
 
+@pytest.mark.long
 def test_an_expert_success_ends_the_episode_as_in_lerobots_loop(tmp_path: Path) -> None:
     """metaworld's scripted expert (acting on the full state) through the adapter and the harness's
     loop, with the real file's 500-step limit: each episode ends at its first success, at LeRobot's

@@ -107,6 +107,7 @@ def serial(runs: list) -> tuple[subprocess.CompletedProcess[str], Path]:
     return runs[2]
 
 
+@pytest.mark.long
 def test_xdist_session_writes_canonical_json(parallel: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     proc, run_dir = parallel
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
@@ -132,6 +133,7 @@ def test_xdist_session_writes_canonical_json(parallel: tuple[subprocess.Complete
     assert workers <= {"gw0", "gw1"} and workers
 
 
+@pytest.mark.long
 def test_missing_ycb_pack_is_an_error_that_says_how_to_get_it(
     parallel: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -145,6 +147,7 @@ def test_missing_ycb_pack_is_an_error_that_says_how_to_get_it(
     assert summary["tasks_without_results"] == [YCB_TASK] and summary["n_errors"] == 2 and summary["partial"]
 
 
+@pytest.mark.long
 def test_order_independence_serial_xdist_and_reversed(parallel, serial) -> None:
     by_xdist = comparable(episode_records(parallel[1]))
     by_serial = comparable(episode_records(serial[1]))
@@ -165,6 +168,7 @@ def test_order_independence_serial_xdist_and_reversed(parallel, serial) -> None:
     assert runner.env_builds == 1, "one env for the task, reused across its seeds"
 
 
+@pytest.mark.long
 def test_lockstep_blocks_give_the_lone_records_in_any_order(parallel, serial) -> None:
     """Blocks of two seeds (two CPU envs a block, one batched policy call a step) under -n 2, then
     the short task's block run in-process with its seeds reversed: every record is the lone episode's."""
@@ -193,6 +197,7 @@ def test_lockstep_blocks_give_the_lone_records_in_any_order(parallel, serial) ->
     assert runner.env_builds == 1, "one block of envs for the task"
 
 
+@pytest.mark.long
 def test_parity_with_the_reference_run_episode_on_fresh_envs(serial, reference) -> None:
     """The package's own ``run_episode``, each episode on a freshly built env, same policy."""
     assert comparable(episode_records(serial[1])) == reference
@@ -229,6 +234,7 @@ def test_render_check_passes_on_this_machine() -> None:
     assert check.stdout.strip().splitlines()[-1] in ("cpu", "gpu")
 
 
+@pytest.mark.long
 def test_rerun_of_failures_on_real_episodes_keeps_the_summary_whole(serial) -> None:
     """Rerun the short task's failed episodes of the serial run (``-k``): deterministic episodes
     fail again, and the summary still holds every task."""
@@ -246,6 +252,7 @@ def test_rerun_of_failures_on_real_episodes_keeps_the_summary_whole(serial) -> N
     assert summary["n_completed"] == 4 and summary["n_rerolled"] == 0 and summary["n_errors"] == 2
 
 
+@pytest.mark.long
 def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> None:
     import cv2
 
@@ -307,6 +314,7 @@ def test_a_missing_asset_pack_never_waits_on_maniskills_download_prompt(monkeypa
         make_env(benchmark.task(YCB_TASK), benchmark, "auto")
 
 
+@pytest.mark.long
 def test_the_reference_order_equals_the_shipped_runner_bit_for_bit(tmp_path: Path) -> None:
     """--vla-reference-order under -n 2 against the benchmark's own evaluate_task (one env per task,
     seeds in order, plain resets), the same deterministic policy: every episode equal, to the last bit."""

@@ -67,6 +67,7 @@ def finished(proc: subprocess.Popen[str], directory: Path) -> tuple[int, str, Pa
     return proc.returncode, output, run_dir
 
 
+@pytest.mark.long
 @pytest.mark.parity
 def test_pusher_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
     """Seeds 1000-1004 run serially in reverse order and under -n 2 are LeRobot's rollouts of the same

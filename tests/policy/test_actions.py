@@ -120,6 +120,7 @@ def test_unconvertible_actions_are_a_one_line_policy_error_in_a_session(
     result.stdout.fnmatch_lines(["*ERROR at setup of Alpha-v0 seed 100*", f"{message}*", "*vlaeval: Fake-Bench*"])
 
 
+@pytest.mark.long
 @pytest.mark.mikasa
 def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does() -> None:
     """One real episode with bf16 actions; the benchmark's own ``run_episode`` with the same

@@ -21,7 +21,7 @@ import pytest
 from helpers import REVERSED_ORDER, capped_benchmark, episode_records
 from lerobot_reference import lerobot_python, lerobot_session, pusht_diffusion_checkpoint  # noqa: F401
 
-pytestmark = pytest.mark.lerobot
+pytestmark = [pytest.mark.lerobot, pytest.mark.long]
 
 SEEDS = [1000, 1001, 1002, 1003]
 STEPS = 48

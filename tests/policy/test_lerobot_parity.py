@@ -26,7 +26,7 @@ from lerobot_reference import (  # noqa: F401
     pusht_act_reference,
 )
 
-pytestmark = pytest.mark.lerobot
+pytestmark = [pytest.mark.lerobot, pytest.mark.long]
 
 SUM_TOLERANCE = 1e-12
 """Relative: two summation orders of 300 float64 rewards differ in the last bits (seen: 3e-15)."""

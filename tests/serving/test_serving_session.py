@@ -199,6 +199,7 @@ def test_the_plugin_does_not_load_serving_code_unless_asked(fake: pytest.Pyteste
     fake.runpytest_subprocess("-p", "no:cacheprovider", "test_user.py").assert_outcomes(passed=1)
 
 
+@pytest.mark.long
 @pytest.mark.mikasa
 def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: Path) -> None:
     """Two xdist workers share one server; each episode's actions come from its own seeded RNG."""
@@ -293,6 +294,7 @@ def test_a_dead_policy_server_is_announced_once_and_fails_the_rest_fast(fake: py
     assert len(rest) == 4 and all("is no longer running" in r["message"] for r in rest), rest
 
 
+@pytest.mark.long
 @pytest.mark.mikasa
 def test_a_served_run_of_real_episodes_under_a_timeout_can_be_run_again(tmp_path: Path) -> None:
     """Real MIKASA episodes through ``--vla-serve`` with the per-episode deadline armed: a second

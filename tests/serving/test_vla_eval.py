@@ -422,6 +422,7 @@ def test_the_serve_command_speaks_vla_eval(tmp_path: Path) -> None:
         server.wait(30)
 
 
+@pytest.mark.long
 @pytest.mark.mikasa
 def test_a_real_mikasa_episode_through_vla_evals_server_equals_in_process(hosted, tmp_path: Path) -> None:
     server, spec = hosted(True)
