@@ -262,6 +262,38 @@ def capped_benchmark(name: str, steps: int, directory: Path) -> Path:
     return path
 
 
+def start_digesting_session(directory: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``python -m pytest ARGS`` in its own process in ``directory``, as a user starts it, its run under
+    ``results/`` and its policy (one of the reference modules') writing each episode's digest to
+    ``digests/``: started, not waited for (read it with ``communicate``). ``env``: its environment."""
+    from episode_digest import DIGEST_DIR
+
+    (directory / "digests").mkdir(parents=True)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(directory)]
+    return subprocess.Popen(
+        [*command, "--vla-results=results", *args],
+        cwd=directory,
+        env={**env, DIGEST_DIR: str(directory / "digests")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def assert_failures_equal_reference(directory: Path, records: dict, reference: dict, steps: int) -> None:
+    """Each episode of a session in ``directory`` (its digesting policy wrote ``digests/``) is its
+    reference episode, by (task, seed): the digest (every view and action), a failure of ``steps``
+    steps, the return, the maximum reward, and the MuJoCo GL backend the tests chose."""
+    for key, expected in reference.items():
+        digest = read_json(directory / "digests" / f"{key[0]}-{key[1]}.json")
+        assert digest == {name: expected[name] for name in digest}, key
+        record = records[key]
+        assert record["outcome"] == "failure" and record["length"] == expected["length"] == steps
+        assert record["episode_return"] == expected["episode_return"]
+        assert record["extras"] == {"max_reward": expected["max_reward"]}
+        assert record["render_backend"].startswith(os.environ.get("MUJOCO_GL", "egl") + ": ")
+
+
 REVERSED_ORDER = """
 import pytest
 

@@ -99,6 +99,31 @@ class MaxReward:
         return {"max_reward": self.max_reward}
 
 
+class IsSuccessEnv(MaxReward, Adapter):
+    """A gymnasium env that says success as ``info["is_success"]`` (LeRobot's ``gym_*`` packages:
+    gym-pusht, gym-aloha) as LeRobot's rollout drives it: ``reset(seed=i)``, the action as float32
+    into ``step``, the step limit the env's own (``gym.make``'s ``max_episode_steps``), and the
+    benchmark file's instruction; its episode's maximum step reward as the extra."""
+
+    def __init__(self, env: Any, instruction: str) -> None:
+        self.env = env
+        self.instruction = instruction
+        self.max_episode_steps = int(env.spec.max_episode_steps)
+
+    def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
+        obs, info = self.env.reset(seed=int(seed), options=options or None)
+        self.start_episode()
+        return obs, {**info, "language_instruction": self.instruction, "success": bool(info.get("is_success"))}
+
+    def step(self, action: np.ndarray) -> Step:
+        obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32).reshape(-1))
+        info = {**info, "language_instruction": self.instruction, "success": bool(info["is_success"])}
+        return obs, self.saw_reward(reward), bool(terminated), bool(truncated), info
+
+    def close(self) -> None:
+        self.env.close()
+
+
 ADAPTER_MEMBERS = ("max_episode_steps", "render_backend", "reset", "step", "render_frame", "episode_extras", "close")
 
 

@@ -18,13 +18,14 @@ factory and the preflight check, after MUJOCO_GL is set.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 import numpy as np
 
-from pytest_vlaeval.envs.adapter import Adapter, MaxReward, Reset, Step
-from pytest_vlaeval.envs.mujoco_gl import gl_renderer, preflight_main, render_problem, set_gl_backend
+from pytest_vlaeval.envs.adapter import IsSuccessEnv, Reset
+from pytest_vlaeval.envs.mujoco_gl import gl_renderer, preflight_main, set_gl_backend, simulator_problem
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
@@ -32,14 +33,12 @@ INSTALL_HINT = "run `vlaeval install aloha` (it makes ALOHA's own interpreter)"
 CAMERA = "top"
 
 
-class AlohaEnv(MaxReward, Adapter):
-    """Adapter: ``reset(seed=i)`` gives LeRobot's episode for seed i; the episode's maximum step
-    reward (the highest stage reached; LeRobot's ``max_reward``) is its extra."""
+class AlohaEnv(IsSuccessEnv):
+    """Adapter: gym-aloha's env as LeRobot drives it; the top camera as the video frame, and the GL
+    renderer that drew it in the record."""
 
     def __init__(self, env: Any, *, instruction: str, gl: str) -> None:
-        self.env = env
-        self.instruction = instruction
-        self.max_episode_steps = int(env.spec.max_episode_steps)
+        super().__init__(env, instruction)
         self.gl = gl
         self.renderer: str | None = None
 
@@ -49,22 +48,13 @@ class AlohaEnv(MaxReward, Adapter):
         return f"{self.gl}: {self.renderer or 'not rendered yet'}"
 
     def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
-        obs, info = self.env.reset(seed=int(seed), options=options or None)
+        reset = super().reset(seed=seed, options=options)
         if self.renderer is None:
             self.renderer = gl_renderer()
-        self.start_episode()
-        return obs, {**info, "language_instruction": self.instruction, "success": bool(info.get("is_success"))}
-
-    def step(self, action: np.ndarray) -> Step:
-        obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32).reshape(-1))
-        info = {**info, "language_instruction": self.instruction, "success": bool(info["is_success"])}
-        return obs, self.saw_reward(reward), bool(terminated), bool(truncated), info
+        return reset
 
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
         return np.asarray(obs["pixels"][CAMERA])
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def make_env(task: Task, benchmark: Benchmark, render_request: str) -> AlohaEnv:
@@ -90,19 +80,6 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> AlohaEnv:
     return AlohaEnv(env, instruction=task.instruction, gl=gl)
 
 
-def check(render_request: str) -> str | None:
-    """Create a MuJoCo offscreen context, render, and import gym-aloha; None when it works, else one
-    actionable line."""
-    gl = set_gl_backend(render_request)
-    problem = render_problem(gl, "vlaeval install aloha")
-    if problem:
-        return problem
-    try:
-        import gym_aloha  # noqa: F401
-    except Exception as exc:
-        return f"gym-aloha does not import ({type(exc).__name__}: {exc}): {INSTALL_HINT}"
-    return None
-
-
 if __name__ == "__main__":
+    check = functools.partial(simulator_problem, module="gym_aloha", title="gym-aloha", stack="aloha")
     sys.exit(preflight_main(check, sys.argv[1:]))

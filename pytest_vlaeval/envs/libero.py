@@ -21,6 +21,7 @@ Imported only inside workers that run LIBERO episodes (and by the preflight chec
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -237,18 +238,6 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> LiberoEnv
     )
 
 
-def check(render_request: str) -> str | None:
-    """Create a MuJoCo offscreen context and render; None when it works, else one actionable line."""
-    gl = set_gl_backend(render_request)
-    problem = mujoco_gl.render_problem(gl, "vlaeval install libero")
-    if problem:
-        return problem
-    try:
-        import libero.libero  # noqa: F401
-    except Exception as exc:
-        return f"LIBERO is not installed ({type(exc).__name__}: {exc}): run `vlaeval install libero`"
-    return None
-
-
 if __name__ == "__main__":
+    check = functools.partial(mujoco_gl.simulator_problem, module="libero.libero", title="LIBERO", stack="libero")
     sys.exit(mujoco_gl.preflight_main(check, sys.argv[1:]))

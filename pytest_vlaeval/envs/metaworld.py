@@ -23,13 +23,14 @@ factory and the preflight check, after MUJOCO_GL is set.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 import numpy as np
 
 from pytest_vlaeval.envs.adapter import Adapter, MaxReward, Reset, Step
-from pytest_vlaeval.envs.mujoco_gl import gl_renderer, preflight_main, render_problem, set_gl_backend
+from pytest_vlaeval.envs.mujoco_gl import gl_renderer, preflight_main, set_gl_backend, simulator_problem
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
@@ -139,19 +140,6 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> MetaWorld
     )
 
 
-def check(render_request: str) -> str | None:
-    """Create a MuJoCo offscreen context, render, and import metaworld; None when it works, else one
-    actionable line."""
-    gl = set_gl_backend(render_request)
-    problem = render_problem(gl, "vlaeval install metaworld")
-    if problem:
-        return problem
-    try:
-        import metaworld  # noqa: F401
-    except Exception as exc:
-        return f"Meta-World does not import ({type(exc).__name__}: {exc}): {INSTALL_HINT}"
-    return None
-
-
 if __name__ == "__main__":
+    check = functools.partial(simulator_problem, module="metaworld", title="Meta-World", stack="metaworld")
     sys.exit(preflight_main(check, sys.argv[1:]))

@@ -7,6 +7,7 @@ Imports no simulator: the backend must be chosen before mujoco is imported.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 
@@ -65,6 +66,21 @@ def render_problem(gl: str, install: str) -> str | None:
             f"MuJoCo cannot render with MUJOCO_GL={gl} ({type(exc).__name__}: {exc}): install Mesa "
             f"(libegl1, libgl1-mesa-dri, libosmesa6; `{install} --system-deps` does this)"
         )
+    return None
+
+
+def simulator_problem(render_request: str, *, module: str, title: str, stack: str) -> str | None:
+    """A MuJoCo benchmark's preflight: create an offscreen context, render, and import the simulator
+    ``module``; None when both work, else one line naming the fix (``vlaeval install STACK``)."""
+    gl = set_gl_backend(render_request)
+    install = f"vlaeval install {stack}"
+    problem = render_problem(gl, install)
+    if problem:
+        return problem
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        return f"{title} does not import ({type(exc).__name__}: {exc}): run `{install}`"
     return None
 
 

@@ -13,39 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from pytest_vlaeval.envs.adapter import Adapter, MaxReward, Reset, Step
+from pytest_vlaeval.envs.adapter import IsSuccessEnv
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
 ENV_ID = "gym_pusht/PushT-v0"
 
 
-class PushTEnv(MaxReward, Adapter):
-    """Adapter: numpy action in, plain Python reward/flags/success out; the episode's maximum
-    reward (LeRobot's per-episode ``max_reward``, averaged into ``avg_max_reward``) as its extra."""
+class PushTEnv(IsSuccessEnv):
+    """Adapter: gym-pusht's env as LeRobot drives it; the 96x96 ``pixels`` as the video frame."""
 
     render_backend = "pygame"
 
-    def __init__(self, env: Any, instruction: str) -> None:
-        self.env = env
-        self.instruction = instruction
-        self.max_episode_steps = int(env.spec.max_episode_steps)
-
-    def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
-        obs, info = self.env.reset(seed=seed, options=options or None)
-        self.start_episode()
-        return obs, {**info, "language_instruction": self.instruction, "success": bool(info.get("is_success"))}
-
-    def step(self, action: np.ndarray) -> Step:
-        obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32).reshape(-1))
-        info = {**info, "language_instruction": self.instruction, "success": bool(info["is_success"])}
-        return obs, self.saw_reward(reward), bool(terminated), bool(truncated), info
-
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
         return np.asarray(obs["pixels"])
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def make_env(task: Task, benchmark: Benchmark, render_request: str) -> PushTEnv:

@@ -27,8 +27,18 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import yaml
-from episode_digest import DIGEST_DIR, DigestingPolicy
-from helpers import REVERSED_ORDER, ROOT, TESTS, capped_benchmark, ended_on_exit, episode_records, read_json
+from episode_digest import DigestingPolicy
+from helpers import (
+    REVERSED_ORDER,
+    ROOT,
+    TESTS,
+    assert_failures_equal_reference,
+    capped_benchmark,
+    ended_on_exit,
+    episode_records,
+    read_json,
+    start_digesting_session,
+)
 
 pytestmark = pytest.mark.aloha
 
@@ -134,12 +144,8 @@ def instructions() -> dict[str, str]:
 
 def start_session(directory: Path, benchmark: Path, *args: str) -> subprocess.Popen[str]:
     """A session as a user runs it, from this environment, with ``Probe`` writing its digests."""
-    (directory / "digests").mkdir(parents=True)
-    command = [sys.executable, "-m", "pytest", f"--benchmark={benchmark}", "--policy=test_aloha:Probe"]
-    command += ["-p", "no:cacheprovider", "--rootdir", str(directory), "--vla-results=results", *args]
-    env = subprocess_env(**{DIGEST_DIR: str(directory / "digests")})
-    return subprocess.Popen(
-        command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    return start_digesting_session(
+        directory, subprocess_env(), f"--benchmark={benchmark}", "--policy=test_aloha:Probe", *args
     )
 
 
@@ -176,14 +182,7 @@ def test_aloha_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
             (run_dir,) = (directory / "results").iterdir()
             records = episode_records(run_dir)
             assert sorted(records) == expected_ids
-            for key, expected in reference.items():
-                digest = read_json(directory / "digests" / f"{key[0]}-{key[1]}.json")
-                assert digest == {name: expected[name] for name in digest}, key
-                record = records[key]
-                assert record["outcome"] == "failure" and record["length"] == expected["length"] == STEPS
-                assert record["episode_return"] == expected["episode_return"]
-                assert record["extras"] == {"max_reward": expected["max_reward"]}
-                assert record["render_backend"].startswith(os.environ.get("MUJOCO_GL", "egl") + ": ")
+            assert_failures_equal_reference(directory, records, reference, STEPS)
             summary = read_json(run_dir / "summary.json")
             assert summary["pc_success"] == 0 and set(summary["sr_per_split"]) == {"insertion", "transfer_cube"}
             result = read_json(run_dir / "AlohaInsertion-v0.json")

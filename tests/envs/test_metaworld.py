@@ -22,8 +22,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from episode_digest import DIGEST_DIR
-from helpers import REVERSED_ORDER, ROOT, TESTS, ended_on_exit, episode_records, read_json
+from helpers import (
+    REVERSED_ORDER,
+    ROOT,
+    TESTS,
+    assert_failures_equal_reference,
+    ended_on_exit,
+    episode_records,
+    read_json,
+    start_digesting_session,
+)
 
 pytestmark = pytest.mark.metaworld
 
@@ -80,13 +88,8 @@ def start_reference(directory: Path, tasks: tuple[str, ...], seeds: list[int], s
 def start_session(directory: Path, benchmark: Path, *args: str) -> subprocess.Popen[str]:
     """A session as a user runs it, from this environment, with the ``Probe`` policy writing its
     digests to ``digests/``."""
-    (directory / "digests").mkdir(parents=True)
-    command = [sys.executable, "-m", "pytest", f"--benchmark={benchmark}", "--policy=metaworld_reference:Probe"]
-    command += ["-p", "no:cacheprovider", "--rootdir", str(directory), "--vla-results=results", *args]
-    env = subprocess_env(**{DIGEST_DIR: str(directory / "digests")})
-    return subprocess.Popen(
-        command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    policy = "--policy=metaworld_reference:Probe"
+    return start_digesting_session(directory, subprocess_env(), f"--benchmark={benchmark}", policy, *args)
 
 
 def finished(proc: subprocess.Popen[str]) -> tuple[int, str]:
@@ -122,15 +125,8 @@ def test_metaworld_sessions_equal_the_lerobot_loop(tmp_path: Path) -> None:
             (run_dir,) = (directory / "results").iterdir()
             records = episode_records(run_dir)
             assert sorted(records) == expected_ids
-            for key, expected in reference.items():
-                digest = read_json(directory / "digests" / f"{key[0]}-{key[1]}.json")
-                assert digest == {name: expected[name] for name in digest}, key
-                record = records[key]
-                assert record["outcome"] == "failure" and record["length"] == expected["length"] == STEPS
-                assert record["episode_return"] == expected["episode_return"]
-                assert record["extras"] == {"max_reward": expected["max_reward"]}
-                assert record["instruction"] == instructions()[key[0]]
-                assert record["render_backend"].startswith(os.environ.get("MUJOCO_GL", "egl") + ": ")
+            assert_failures_equal_reference(directory, records, reference, STEPS)
+            assert all(records[key]["instruction"] == instructions()[key[0]] for key in reference)
             summary = read_json(run_dir / "summary.json")
             assert set(summary["sr_per_difficulty"]) == {"easy", "medium", "very_hard"}
             assert summary["pc_success"] == 0
