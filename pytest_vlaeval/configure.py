@@ -39,7 +39,9 @@ if TYPE_CHECKING:
     from pytest_vlaeval.distribute.backends import OwnInterpreter
     from pytest_vlaeval.distribute.seed_blocks import SequentialBlocks
     from pytest_vlaeval.gate.fixed import FixedGate
-    from pytest_vlaeval.gate.sequential_gate import SequentialGate, SequentialSettings
+    from pytest_vlaeval.gate.plan import Gate
+    from pytest_vlaeval.gate.sequential_gate import SequentialGate
+    from pytest_vlaeval.gate.settings import GateSettings
     from pytest_vlaeval.policy.loading import LocalPolicy, LocalSpec, PolicySpec
     from pytest_vlaeval.results.latest import LatestRecords
     from pytest_vlaeval.results.store import RunStore
@@ -99,7 +101,7 @@ def _register_episodes(config: pytest.Config, run: RunContext, policy: PolicySpe
         run.reference_order,
     )
     note = None if on_worker else run.subset_note  # said once, by the process the user watches
-    plan = Plan(run.selection, run.episodes, runner, run.retries, note, run.sequential)
+    plan = Plan(run.selection, run.episodes, runner, run.retries, note, run.gate if run.gate.sequential else None)
     config.pluginmanager.register(BenchmarkCollection(plan), "vlaeval-collection")
     config.pluginmanager.register(EpisodeReports(), "vlaeval-reports")
 
@@ -142,7 +144,7 @@ def _prepare_controller(
         gate = _gate(run)
         if config.getoption("vla_gate_plan"):
             _print_plan(gate, run)
-        sequential = gate if run.sequential else None
+        sequential = gate if run.gate.sequential else None
         worker, installed = _worker_python(config, run)
         place_workers(config, worker)  # before xdist's own pytest_configure reads -n/--tx
         scheduler.install(
@@ -172,7 +174,7 @@ def _prepare_controller(
     return gate, served
 
 
-def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> None:
+def _print_plan(gate: Gate | None, run: RunContext) -> None:
     """``--vla-gate-plan``: the seeds the gate needs to decide, then exit before any episode."""
     from pytest_vlaeval.gate.plan import PLAN_BUDGETS, budget_table
 
@@ -182,7 +184,7 @@ def _print_plan(gate: FixedGate | SequentialGate | None, run: RunContext) -> Non
     if gate.baseline is not None:
         start = run.selection.start_seed
         baseline_seeds = len(gate.baseline.paired_seeds(range(start, start + PLAN_BUDGETS[-1])))
-    lines = budget_table(gate.design, gate.profile(), run.plan_probability, baseline_seeds)
+    lines = budget_table(gate.design, gate.profile(), run.gate.plan_probability, baseline_seeds)
     print("\n".join(lines), flush=True)
     pytest.exit(f"--vla-gate-plan: no episode run (this run's budget: --episodes={run.selection.episodes})", 0)
 
@@ -195,13 +197,13 @@ def _gate(run: RunContext) -> FixedGate | SequentialGate | None:
 
     selection = run.selection
     baseline = None
-    if run.baseline is not None:
+    if run.gate.baseline is not None:
         baseline = load_baseline(
-            run.baseline, [t.env_id for t in selection.tasks], selection.seeds, benchmark=selection.benchmark
+            run.gate.baseline, [t.env_id for t in selection.tasks], selection.seeds, benchmark=selection.benchmark
         )
-    if run.sequential:
-        return SequentialGate.create(run.sequential, selection, run.max_drop, baseline)
-    return FixedGate.create(baseline, selection.seeds, run.max_drop, run.gate_alpha) if baseline else None
+    if run.gate.sequential:
+        return SequentialGate.create(run.gate, selection, baseline)
+    return FixedGate.create(baseline, selection.seeds, run.gate) if baseline else None
 
 
 def _register_controller(
@@ -317,16 +319,11 @@ def _run_context(config: pytest.Config, on_worker: bool) -> RunContext:
         merged_later=from_scheduler,
         episode_list=tuple(read_episode_list(Path(listed), selection)) if listed else None,
         rerun=rerun,
-        baseline=Path(baseline) if baseline else None,
-        max_drop=config.getoption("vla_max_drop"),
-        gate_alpha=config.getoption("vla_gate_alpha"),
-        plan_probability=config.getoption("vla_gate_plan_probability"),
-        undecided_exit=config.getoption("vla_undecided_exit"),
+        gate=_gate_settings(config),
         timeout=config.getoption("vla_timeout"),
         video=video,
         lockstep=lockstep,
         reference_order=reference_order,
-        sequential=_sequential(config),
     )
     return run
 
@@ -352,16 +349,20 @@ def _check_reference_order(config: pytest.Config, lockstep: int, rerun: str | No
         )
 
 
-def _sequential(config: pytest.Config) -> SequentialSettings | None:
-    from pytest_vlaeval.gate.sequential_gate import settings
+def _gate_settings(config: pytest.Config) -> GateSettings:
+    from pytest_vlaeval.gate.settings import GateSettings
 
-    return settings(
-        sequential=config.getoption("vla_sequential"),
+    return GateSettings.checked(
         baseline=config.getoption("vla_baseline"),
-        shard=config.getoption("vla_shard"),
+        sequential=config.getoption("vla_sequential"),
         min_sr=config.getoption("vla_min_sr"),
-        alpha=config.getoption("vla_gate_alpha"),
         block=config.getoption("vla_block"),
+        shard=config.getoption("vla_shard"),
+        max_drop=config.getoption("vla_max_drop"),
+        alpha=config.getoption("vla_gate_alpha"),
+        assume=config.getoption("vla_gate_assume"),
+        undecided_exit=config.getoption("vla_undecided_exit"),
+        plan_probability=config.getoption("vla_gate_plan_probability"),
     )
 
 

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval import strict_json
-from pytest_vlaeval.choices import in_range
+from pytest_vlaeval.choices import add_gate_options
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.eval_info import eval_info
 from pytest_vlaeval.gate.fixed import FixedGate
+from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
 from pytest_vlaeval.printable import command_line, terminal_safe
 from pytest_vlaeval.report.run_files import write_run_files
@@ -42,18 +43,6 @@ TAIL_BYTES = 65536
 COPY_CHUNK = 1 << 20
 """Bytes of a log compared or copied at a time: a log can be gigabytes."""
 
-UNDECIDED_EXIT = 7
-"""``vlaeval merge``'s exit status when the gate cannot decide (pytest's ``--vla-undecided-exit`` default)."""
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    """The fixed gate the merge judges the whole run by (``--baseline``)."""
-
-    baseline: Path
-    max_drop: float = 0.05
-    alpha: float = 0.05
-
 
 @dataclass(frozen=True)
 class Merged:
@@ -64,7 +53,9 @@ class Merged:
     """Every episode of the run has a completed record (no error, none missing)."""
 
 
-def merge(run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gate: GateOptions | None = None) -> Merged:
+def merge(
+    run_dirs: list[Path], out: Path, benchmark_arg: str | None = None, gate: GateSettings | None = None
+) -> Merged:
     """Merge ``run_dirs`` into ``out`` (one directory into itself writes its files from its logs);
     raises SpecError on a mismatch."""
     reference, policy = _same_run(run_dirs)
@@ -161,11 +152,12 @@ def selection_of(run_dir: Path) -> Selection:
     return _selection(_benchmark([run_dir], reference, None), reference)
 
 
-def _fixed_gate(options: GateOptions, selection: Selection) -> FixedGate:
+def _fixed_gate(settings: GateSettings, selection: Selection) -> FixedGate:
+    assert settings.baseline is not None
     baseline = load_baseline(
-        options.baseline, [t.env_id for t in selection.tasks], selection.seeds, benchmark=selection.benchmark
+        settings.baseline, [t.env_id for t in selection.tasks], selection.seeds, benchmark=selection.benchmark
     )
-    return FixedGate.create(baseline, selection.seeds, options.max_drop, options.alpha)
+    return FixedGate.create(baseline, selection.seeds, settings)
 
 
 def shard_finish_lines(run_dir: RunDir) -> list[str]:
@@ -284,27 +276,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--benchmark", help="benchmark name or YAML file [the copy the run directories keep, else the built-in]"
     )
-    parser.add_argument(
-        "--baseline", type=Path, metavar="DIR", help="judge the merged run against this run directory (fixed gate)"
-    )
-    parser.add_argument(
-        "--max-drop",
-        type=in_range(float, 0, 1),
-        default=0.05,
-        help="with --baseline: largest allowed split-SR drop [0.05]",
-    )
-    parser.add_argument(
-        "--alpha",
-        type=in_range(float, 0, 1, open_ends="both"),
-        default=0.05,
-        help="with --baseline: the gate's error rate [0.05]",
-    )
+    add_gate_options(parser.add_argument)
 
 
 def run(args: argparse.Namespace) -> int:
     """0, or with --baseline as pytest's gate: 6 on FAIL, 7 on UNDECIDED, and on PASS 1 while
     episodes are missing or errored (an incomplete run never passes)."""
-    gate = GateOptions(args.baseline, args.max_drop, args.alpha) if args.baseline else None
+    gate = GateSettings.from_arguments(args)
     restore = interrupt_on_termination()  # SIGTERM (a CI runner, scancel) or SIGHUP interrupts as Ctrl-C does
     try:
         merged = merge(args.run_dirs, args.out or args.run_dirs[0], args.benchmark, gate)
@@ -321,5 +299,6 @@ def run(args: argparse.Namespace) -> int:
     if outcome == FAIL:
         return EXIT_GATE_FAILED
     if outcome == UNDECIDED:
-        return UNDECIDED_EXIT
+        assert gate is not None  # only a gate is undecided
+        return gate.undecided_exit
     return 1 if outcome is not None and not merged.complete else 0

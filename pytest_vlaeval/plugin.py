@@ -21,6 +21,7 @@ from pytest_vlaeval.choices import (
     LIVE_MODES,
     RENDER_BACKENDS,
     VIDEO_MODES,
+    add_gate_options,
     in_range,
     non_empty,
 )
@@ -166,27 +167,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         help="retry a crashed or errored episode N times [0]",
     )
-    results.addoption(
-        "--vla-baseline",
-        metavar="DIR",
-        help="gate against a run directory (ours, or the reference runner's per-task JSON), or lerobot-eval's "
-        "output as DIR:seed=N (its --seed)",
-    )
-    results.addoption(
-        "--vla-max-drop",
-        type=in_range(float, 0, 1),
-        default=0.05,
-        metavar="X",
-        help="largest allowed split-SR drop vs the baseline [0.05]",
-    )
-    results.addoption(
-        "--vla-gate-alpha",
-        type=in_range(float, 0, 1, open_ends="both"),
-        default=0.05,
-        metavar="A",
-        help="the gate's error rate: FAIL only when the drop is above --vla-max-drop at this level, PASS "
-        "(sequential) only when it is surely at or below [0.05]",
-    )
+    add_gate_options(results.addoption, prefix="vla-")
     results.addoption(
         "--vla-sequential",
         action="store_true",
@@ -196,17 +177,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     results.addoption(
         "--vla-min-sr",
-        type=float,
+        type=in_range(float, 0, 1),
         metavar="X",
         help="with --vla-sequential and no baseline: PASS once the split SR is surely >= X, FAIL once surely below",
     )
-    results.addoption("--vla-block", type=int, metavar="N", help="seeds per block of the sequential gate [5]")
     results.addoption(
-        "--vla-undecided-exit",
-        type=in_range(int, 0, 255),
-        default=7,
-        metavar="CODE",
-        help="exit status when the gate cannot decide: the budget (--episodes) ran out or is too small [7]",
+        "--vla-block", type=in_range(int, 1), metavar="N", help="seeds per block of the sequential gate [5]"
     )
     results.addoption(
         "--vla-gate-plan",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.results.rundir import RunDir, shard_label
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
     from pytest_vlaeval.policy.loading import PolicySpec
     from pytest_vlaeval.spec import Selection
 
@@ -30,13 +30,8 @@ class RunContext:
     """``--vla-episode-list``: the only episodes of the universe this run's sessions may run
     (``vlaeval slurm --complete`` freezes what is missing into one, for its array to share)."""
     rerun: str | None = None
-    baseline: Path | None = None
-    max_drop: float = 0.05
-    gate_alpha: float = 0.05
-    plan_probability: float = 0.8
-    """``--vla-gate-plan``: the chance of a correct verdict its recommended budget must reach."""
-    undecided_exit: int = 7
-    """Exit status when the gate cannot decide."""
+    gate: GateSettings = field(default_factory=GateSettings)
+    """The gate's settings (no baseline and no min SR: no gate)."""
     timeout: float | None = None
     video: str = "none"
     lockstep: int = 1
@@ -46,8 +41,6 @@ class RunContext:
     episodes: frozenset[tuple[str, int]] = frozenset()
     """The episodes this session runs (the universe, a shard, or what a rerun selects)."""
     subset_note: str | None = None
-    sequential: SequentialSettings | None = None
-    """``--vla-sequential``: seeds in blocks, early stop (``sequential_gate``)."""
 
     @property
     def policy_spec(self) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval import strict_json
-from pytest_vlaeval.choices import in_range
+from pytest_vlaeval.choices import add_gate_options, gate_options
 from pytest_vlaeval.distribute.indexed import PAIR
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.printable import command_line, terminal_lines, terminal_safe
@@ -355,16 +355,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shards", type=int, default=1, help="array tasks: shards of the run [1]")
     for option in SBATCH_OPTIONS:
         parser.add_argument(f"--{option}", metavar="VALUE", help=f"sbatch --{option} for the array tasks")
-    parser.add_argument("--baseline", metavar="DIR", help="the merge judges the run against it (fixed gate)")
-    parser.add_argument(
-        "--max-drop", type=in_range(float, 0, 1), metavar="X", help="with --baseline: vlaeval merge --max-drop"
-    )
-    parser.add_argument(
-        "--alpha",
-        type=in_range(float, 0, 1, open_ends="both"),
-        metavar="A",
-        help="with --baseline: vlaeval merge --alpha",
-    )
+    gate = parser.add_argument_group("the merge's gate (vlaeval merge's options: it judges the whole run)")
+    add_gate_options(gate.add_argument, defaults=False)
     parser.add_argument("--complete", type=Path, metavar="RUN_DIR", help="submit what a run still misses, then merge")
     parser.add_argument("--dry-run", action="store_true", help="print the scripts instead of submitting them")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments of the run")
@@ -404,14 +396,12 @@ def _first(args: argparse.Namespace, pytest_args: list[str]) -> list[str]:
     }
     if any(re.search(r"\s", value) for value in sbatch_options.values()):
         raise SpecError("an sbatch option's value has a space, which an #SBATCH line cannot hold")
-    if not args.baseline and (args.max_drop is not None or args.alpha is not None):
-        raise SpecError("--max-drop and --alpha set the merge's gate against --baseline DIR: give the baseline")
+    names = [name for name in gate_options() if name != "baseline"]  # handed to the merge as given
+    given = {name: getattr(args, name.replace("-", "_")) for name in names}
+    if not args.baseline and any(value is not None for value in given.values()):
+        raise SpecError(f"--{'/--'.join(names)} set the merge's gate against --baseline DIR: give the baseline")
     merge_args = [] if not args.baseline else [f"--baseline={Path(args.baseline).resolve()}"]
-    merge_args += [
-        f"--{name}={value!r}"
-        for name, value in (("max-drop", args.max_drop), ("alpha", args.alpha))
-        if value is not None
-    ]
+    merge_args += [f"--{name}={value}" for name, value in given.items() if value is not None]
     run_dir = locate_run(pytest_args, Path.cwd(), args.shards).resolve()
     if re.search(r"[\s\\]", str(run_dir)):  # Slurm drops a file name pattern's backslashes, and expands nothing
         raise SpecError(

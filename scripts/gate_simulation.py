@@ -28,6 +28,7 @@ coverage of the split-SR interval (``stats.seed_clustered_interval``), 38 tasks.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -37,13 +38,15 @@ from statistics import NormalDist
 
 import numpy as np
 
+from pytest_vlaeval.choices import SMOOTH_SEEDS
 from pytest_vlaeval.gate import plan, seed_model
 from pytest_vlaeval.gate.baseline import Baseline
-from pytest_vlaeval.gate.sequential import (
+from pytest_vlaeval.gate.methods import (
     MIN_SEEDS,
     OBSERVED,
-    T_TEST,
+    TTest,
     betting_bounds,
+    broken_seed_bounds,
     drop_method,
     method_for,
     pocock_level,
@@ -61,7 +64,13 @@ RHOS = (0.0, 0.3, 0.6, 0.8)
 PROFILES = ("mid", "extreme", "high")
 PLAN_TASKS = (1, 3, 10, 38)
 PLAN_RHOS = (0.0, 0.2, 0.4, 0.6, 0.8)
-METHODS = ("betting", "t_test", "auto", "fixed")
+METHODS = ("betting", "t_test", "auto", "auto_smooth", "fixed")
+BROKEN_SHARES = (0.02, 0.05, 0.08, 0.12, 0.2)
+"""The broken-seed family's shares q of broken seeds."""
+BROKEN = ("broken-all", "broken-each")
+"""Regressions the latent-seed model does not describe: the current policy fails every task on a
+share q of the seeds (``broken-all``), or each task on its own share q of them (``broken-each``),
+and is unchanged elsewhere."""
 ORACLE = "oracle"
 """Not a gate but a reference: the z test that knows the cell's per-seed variance (``seed_model``) and
 looks once, at the whole budget. Not a bound: where the per-seed values are skewed a test on their
@@ -105,12 +114,18 @@ def judge(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, ends: list[i
 
 
 def cell(
-    rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, max_drop, alpha, block
+    rng, tasks, seeds, rho, profile, drop, kind, mode, reps, max_drop, alpha, block
 ) -> tuple[dict[str, tuple], float]:
-    """Each method's (wrong, correct, undecided, budget spent) in one cell, and the cell's true drop."""
+    """Each method's (wrong, correct, undecided, budget spent) in one cell, and the cell's true drop.
+    ``kind``: ``even`` or ``uneven`` (a drop of ``drop`` by the latent-seed model, over every task or
+    a third of them), or one of ``BROKEN`` (``drop`` is then the share of broken seeds)."""
     rates = profile_rates(rng, profile, tasks)
-    drops = task_drops(drop, rates, uneven)
+    drops = task_drops(drop, rates, kind == "uneven") if kind not in BROKEN else np.zeros(tasks)
     base, now = plan.outcomes(rng, rates, drops, rho, seeds, reps)
+    if kind in BROKEN:  # broken seeds are drawn at random, whatever their difficulty
+        broken = rng.random((reps, 1 if kind == "broken-all" else tasks, seeds)) < drop
+        now = now & ~broken
+        drops = drop * rates
     min_sr = mode == "min_sr"
     values = plan.per_seed_values(base, now, min_sr)
     value_range = (0.0, 1.0) if min_sr else (-1.0, 1.0)
@@ -134,7 +149,10 @@ def cell(
         return np.where(early, low, lower), np.where(early, high, upper)
 
     t_lower, t_upper = t_test(len(ends), floors)
-    auto_lower, auto_upper = t_test(len(ends), auto_floors)
+    smooth_lower, smooth_upper = t_test(len(ends), auto_floors)
+    # The default rule's t test carries the broken-seed guard: against each replication's baseline split SR.
+    broken_drop = None if min_sr else base.mean(axis=(1, 2))[:, None]
+    auto_lower, auto_upper = broken_seed_bounds(values, smooth_lower, smooth_upper, alpha, broken_drop, auto_floors)
     fixed_lower, fixed_upper = t_test(1, auto_floors)
     known = seed_model.run_variance(rates - drops, rho) if min_sr else seed_model.paired_variance(rates, drops, rho)
     half = NormalDist().inv_cdf(1 - alpha) * math.sqrt(float(known) / seeds)
@@ -157,6 +175,8 @@ def cell(
             lower, upper = t_lower, t_upper
         elif method == "auto":
             lower, upper = np.where(chosen, auto_lower, bet_lower), np.where(chosen, auto_upper, bet_upper)
+        elif method == "auto_smooth":
+            lower, upper = np.where(chosen, smooth_lower, bet_lower), np.where(chosen, smooth_upper, bet_upper)
         else:
             lower, upper = np.where(chosen, fixed_lower, bet_lower), np.where(chosen, fixed_upper, bet_upper)
         verdicts, spent = judge(values, lower, upper, ends if method != "fixed" else [seeds], threshold, min_sr)
@@ -177,18 +197,19 @@ def rule(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Where the gate's rule picks the t test and the floor it gives it, shape (reps, seeds) (read
     at the looks): chosen once on the baseline's outcomes (``drop_method``), or at each look on the
-    current run's task SRs (``method_for``)."""
+    current run's task SRs (``method_for``). The guard is applied apart (``cell``)."""
     reps, _, seeds = now.shape
     chosen, floors = np.zeros((reps, seeds), dtype=bool), np.zeros((reps, seeds))
     if not min_sr:
         for rep in range(reps):
-            method = drop_method(base[rep].mean(axis=1).tolist(), base[rep].mean(axis=0).tolist(), seeds, max_drop)
-            chosen[rep], floors[rep] = method.name == T_TEST, method.floor
+            srs, means = base[rep].mean(axis=1).tolist(), base[rep].mean(axis=0).tolist()
+            method = drop_method(srs, means, seeds, max_drop, SMOOTH_SEEDS)
+            chosen[rep], floors[rep] = isinstance(method, TTest), getattr(method, "floor", 0.0)
         return chosen, floors
     for end in ends:
         for rep, row in enumerate(now[:, :, :end].mean(axis=2).tolist()):
-            method = method_for(row, seeds, OBSERVED)
-            chosen[rep, end - 1], floors[rep, end - 1] = method.name == T_TEST, method.floor
+            method = method_for(row, seeds, OBSERVED, SMOOTH_SEEDS)
+            chosen[rep, end - 1], floors[rep, end - 1] = isinstance(method, TTest), getattr(method, "floor", 0.0)
     return chosen, floors
 
 
@@ -226,6 +247,62 @@ def coverage(rng: np.random.Generator, reps: int, seeds_list, rhos, profiles) ->
     return rows
 
 
+TRUTHS = ("model", "additive", "per-task", "broken")
+"""What the plan-check draws the runs from: the plan's own latent-seed model, or a policy outside it
+(``truth_outcomes``)."""
+ADDITIVE_LEVELS = np.array((-0.3, -0.15, 0.0, 0.15, 0.3))
+"""The ``additive`` truth's seed effects on the success probability, equally likely, shared by every task."""
+
+
+def truth_outcomes(
+    rng: np.random.Generator, truth: str, rates: np.ndarray, drop: float, rho: float, seeds: int, runs: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One baseline (shape (1, tasks, seeds)) and ``runs`` current runs on its seeds whose split SR is
+    ``drop`` below it, drawn from ``truth``: ``model``, the latent-seed model (seed effects shared by
+    every task, correlation rho); ``additive``, a seed adds one of ``ADDITIVE_LEVELS`` to every task's
+    success probability (clipped to [0, 1]; rho unused); ``per-task``, every task has seed effects of
+    its own (correlation rho between the runs of one task, none between tasks); ``broken``, the
+    latent-seed model with no smooth drop, the current policy failing every task on a share of the
+    seeds that makes the drop."""
+    tasks = len(rates)
+    if truth in ("model", "broken"):
+        smooth = task_drops(drop, rates, False) if truth == "model" else np.zeros(tasks)
+        base, now = plan.outcomes(rng, rates, smooth, rho, seeds, runs, shared_baseline=True)
+        if truth == "broken":
+            now = now & ~(rng.random((runs, 1, seeds)) < min(1.0, drop / rates.mean()))
+        return base, now
+    if truth == "per-task":
+        latent = math.sqrt(rho) * rng.standard_normal((1, tasks, seeds))
+        noise = math.sqrt(1 - rho)
+        levels = seed_model.thresholds(rates)[None, :, None]
+        now_levels = seed_model.thresholds(rates - task_drops(drop, rates, False))[None, :, None]
+        base = latent + noise * rng.standard_normal((1, tasks, seeds)) < levels
+        return base, latent + noise * rng.standard_normal((runs, tasks, seeds)) < now_levels
+    shift = _additive_shift(tuple(rates.tolist()), drop)
+    effect = rng.choice(ADDITIVE_LEVELS, size=(1, 1, seeds))
+    base = rng.random((1, tasks, seeds)) < np.clip(rates[None, :, None] + effect, 0, 1)
+    now = rng.random((runs, tasks, seeds)) < np.clip((rates - shift)[None, :, None] + effect, 0, 1)
+    return base, now
+
+
+@functools.cache
+def _additive_shift(rates: tuple[float, ...], drop: float) -> np.ndarray:
+    """Each task's shift under the ``additive`` truth whose split SR drop, after the clipping, is ``drop``."""
+    rates_ = np.asarray(rates)
+
+    def realised(nominal: float) -> float:
+        shift = plan.spread_drop(nominal, rates_)
+        before = np.clip(rates_[:, None] + ADDITIVE_LEVELS, 0, 1)
+        after = np.clip((rates_ - shift)[:, None] + ADDITIVE_LEVELS, 0, 1)
+        return float((before - after).mean())
+
+    low, high = drop, min(1.0, 4 * drop + 0.3)
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if realised(middle) < drop else (low, middle)
+    return plan.spread_drop(high, rates_)
+
+
 def plan_check(
     rng: np.random.Generator,
     tasks_list,
@@ -237,19 +314,23 @@ def plan_check(
     baselines: int,
     runs: int,
     block: int = BLOCK,
+    truth: str = "model",
 ) -> list[dict]:
-    """The plan against what happens: per cell, ``baselines`` baselines; from each, the gate's plan
-    (as the session prints it: the worse end of the correlation, and the other where they differ)
-    and ``runs`` current runs gated against it; the plan's mean prediction beside the share of
-    correct verdicts and the mean budget spent (with its standard error over the baselines)."""
+    """The plan against what happens: per cell, ``baselines`` baselines drawn from ``truth``; from
+    each, the gate's plan (as the session prints it: the worse end of the correlation, and the other
+    where they differ) and ``runs`` current runs gated against it; the plan's mean prediction beside
+    the share of correct verdicts and the mean budget spent (with its standard error over the
+    baselines)."""
     rows = []
-    for tasks, rho, profile in itertools.product(tasks_list, rhos, profiles):
+    for tasks, rho, profile in itertools.product(tasks_list, rhos if truth != "additive" else (0.0,), profiles):
         rates = profile_rates(rng, profile, tasks)
-        for label, drop, correct in (("true drop 0", 0.0, PASS), (f"true drop {2 * md:g}", 2 * md, FAIL)):
-            drops = task_drops(drop, rates, False)
+        cases = [("true drop 0", 0.0, PASS), (f"true drop {2 * md:g}", 2 * md, FAIL)]
+        if truth == "broken":  # what the plan says of a drop on whole seeds
+            cases = [(f"true drop {2 * md:g} {plan.WHOLE_SEEDS}", 2 * md, FAIL)]
+        for label, drop, correct in cases:
             predicted, realised = [], []
             for _ in range(baselines):
-                (base,), now = plan.outcomes(rng, rates, drops, rho, seeds, runs, shared_baseline=True)
+                (base,), now = truth_outcomes(rng, truth, rates, drop, rho, seeds, runs)
                 baseline = Baseline(Path("."), {f"t{t}": dict(enumerate(row.tolist())) for t, row in enumerate(base)})
                 design = plan.Design(baseline.method(seeds, md), alpha, block, md)
                 chance = plan.chance_of_deciding(design, plan.baseline_profile(baseline), seeds)[label]
@@ -267,13 +348,14 @@ def plan_check(
                 )
             )
             rows.append(
-                {"tasks": tasks, "rho": rho, "profile": profile, "case": label, "plan_correct": worse_correct,
+                {"truth": truth, "tasks": tasks, "rho": rho, "profile": profile, "case": label,
+                 "plan_correct": worse_correct,
                  "plan_correct_other": other_correct, "plan_spent": worse_spent, "plan_spent_other": other_spent,
                  "correct": real_correct, "correct_se": correct_se, "spent": real_spent, "within": within,
                  "sessions": baselines * runs}
             )  # fmt: skip
             print(
-                f"| {tasks} | {rho:g} | {profile} | {label} | {_span(worse_correct, other_correct)} | "
+                f"| {truth} | {tasks} | {rho:g} | {profile} | {label} | {_span(worse_correct, other_correct)} | "
                 f"{real_correct:.2f} +- {correct_se:.2f} | {_span(worse_spent, other_spent)} | {real_spent:.2f} | "
                 f"{'yes' if within else 'no'} |",
                 flush=True,
@@ -311,6 +393,21 @@ def main() -> None:
     parser.add_argument("--profiles", type=lambda v: tuple(v.split(",")), help=f"only these of {', '.join(PROFILES)}")
     parser.add_argument("--no-coverage", action="store_true", help="skip the interval coverage table")
     parser.add_argument(
+        "--truth",
+        choices=TRUTHS,
+        default="model",
+        help="with --plan-check: draw the runs from the plan's own model, or from a policy outside it "
+        "(additive seed effects, per-task seed effects, broken seeds) [model]",
+    )
+    parser.add_argument(
+        "--family",
+        choices=("model", "broken", "both"),
+        default="model",
+        help="the regressions simulated: the latent-seed model's drops, the broken-seed family (shares "
+        f"{', '.join(f'{q:g}' for q in BROKEN_SHARES)} of the seeds broken for every task or for each task on "
+        "its own; the drop column is then the share), or both [model]",
+    )
+    parser.add_argument(
         "--plan-check",
         action="store_true",
         help="instead: the plan against what happens, tasks {1, 3, 10, 38} x rho {0, 0.2, 0.4, 0.6, 0.8} x "
@@ -331,15 +428,15 @@ def main() -> None:
         seeds = int(args.seeds[0]) if args.seeds else 50
         baselines, runs = (3, 10) if args.smoke else (10, 10) if args.quick else (50, 20)
         print(f"drop mode, {seeds} seeds, max drop {md:g}; {baselines} baselines a cell, {runs} runs against each\n")
-        print("| tasks | rho | SRs | case | plan: correct | correct | plan: spent | spent | within 0.1 |")
-        print("| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- |")
+        print("| truth | tasks | rho | SRs | case | plan: correct | correct | plan: spent | spent | within 0.1 |")
+        print("| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- |")
         started = time.perf_counter()
         rows = plan_check(
             rng,
             tuple(int(t) for t in args.tasks) if args.tasks else ((10,) if args.smoke else PLAN_TASKS),
             args.rhos or ((0.3,) if args.smoke else PLAN_RHOS),
             args.profiles or (("high",) if args.smoke else PROFILES),
-            seeds, md, alpha, baselines, runs, args.block,
+            seeds, md, alpha, baselines, runs, args.block, args.truth,
         )  # fmt: skip
         optimistic = max(rows, key=lambda r: max(r["plan_correct"] - r["correct"], r["spent"] - r["plan_spent"]))
         pessimistic = max(rows, key=lambda r: r["correct"] - r["plan_correct"])
@@ -356,24 +453,29 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return
-    drops = [(0.0, False), (md, False), (md + 0.01, False), (2 * md, False), (0.3, False), (2 * md, True)]
-    if args.smoke:
-        drops = [(0.0, False), (2 * md, False)]
+    cases = []
+    if args.family in ("model", "both"):
+        drops = (0.0, 2 * md) if args.smoke else (0.0, md, md + 0.01, 2 * md, 0.3)
+        cases += [(drop, "even") for drop in drops] + ([] if args.smoke else [(2 * md, "uneven")])
+    if args.family in ("broken", "both"):
+        shares = (0.08,) if args.smoke else BROKEN_SHARES
+        cases += [(share, kind) for kind in BROKEN for share in shares]
     started = time.perf_counter()
     cells = []
-    for tasks, seeds, rho, profile, (drop, uneven), mode in itertools.product(
-        tasks_list, seeds_list, rhos, profiles, drops, ("drop", "min_sr")
+    for tasks, seeds, rho, profile, (drop, kind), mode in itertools.product(
+        tasks_list, seeds_list, rhos, profiles, cases, ("drop", "min_sr")
     ):
-        if uneven and tasks < 3:
+        if kind == "uneven" and tasks < 3:
             continue
-        results, true_drop = cell(rng, tasks, seeds, rho, profile, drop, uneven, mode, reps, md, alpha, args.block)
+        results, true_drop = cell(rng, tasks, seeds, rho, profile, drop, kind, mode, reps, md, alpha, args.block)
         for method, (wrong, correct, undecided, spent) in results.items():
             cells.append(
                 {
                     "tasks": tasks,
                     "seeds": seeds,
                     "rho": rho,
-                    "profile": profile + ("-uneven" if uneven else ""),
+                    "profile": profile + ("-uneven" if kind == "uneven" else ""),
+                    "kind": kind,
                     "drop": round(drop, 6),
                     "true_drop": round(true_drop, 6),
                     "mode": mode,
@@ -402,8 +504,17 @@ def main() -> None:
             json.dump(cells, out, indent=1)
 
 
+def _family(c: dict) -> str:
+    return "broken" if c["kind"] in BROKEN else "model"
+
+
+def _where(c: dict) -> str:
+    what = f"{c['kind']} {c['drop']:g}" if _family(c) == "broken" else f"drop {c['drop']:g}"
+    return f"{c['tasks']} tasks x {c['seeds']} seeds, rho {c['rho']}, {c['profile']}, {what}"
+
+
 def _cell_key(c: dict) -> tuple:
-    return tuple(c[k] for k in ("tasks", "seeds", "rho", "profile", "drop", "mode"))
+    return tuple(c[k] for k in ("tasks", "seeds", "rho", "profile", "kind", "drop", "mode"))
 
 
 def report(
@@ -413,38 +524,69 @@ def report(
     print(
         f"rates are shares of replications; s.e. = sqrt(r(1-r)/{reps}); wrong: FAIL at drop <= max drop, PASS above\n"
     )
-    print("Worst wrong-verdict rate per method and mode (bound: alpha + 2 s.e.):\n")
-    print("| mode | method | worst wrong | s.e. | cell |")
-    print("| --- | --- | ---: | ---: | --- |")
     bound = alpha + 2 * se(alpha, reps)
-    for mode, method in itertools.product(("drop", "min_sr"), METHODS):
-        rows = [c for c in cells if c["mode"] == mode and c["method"] == method]
+    print("Worst wrong-verdict rate per family, mode and method (bound: alpha + 2 s.e.):\n")
+    print("| family | mode | method | worst wrong | s.e. | cells above the bound | cell |")
+    print("| --- | --- | --- | ---: | ---: | ---: | --- |")
+    for family, mode, method in itertools.product(("model", "broken"), ("drop", "min_sr"), METHODS):
+        rows = [c for c in cells if _family(c) == family and c["mode"] == mode and c["method"] == method]
         if not rows:
             continue
         worst = max(rows, key=lambda c: c["wrong"])
-        where = f"{worst['tasks']} tasks x {worst['seeds']} seeds, rho {worst['rho']}, {worst['profile']}, drop {worst['drop']:g}"
+        above = sum(c["wrong"] > bound for c in rows)
         flag = "" if worst["wrong"] <= bound else " (above)"
-        print(f"| {mode} | {method} | {worst['wrong']:.3f}{flag} | {se(worst['wrong'], reps):.3f} | {where} |")
+        print(
+            f"| {family} | {mode} | {method} | {worst['wrong']:.3f}{flag} | {se(worst['wrong'], reps):.3f} | "
+            f"{above} of {len(rows)} | {_where(worst)} |"
+        )
+    broken = [c for c in cells if _family(c) == "broken"]
+    if broken:
+        print("\nThe broken-seed family: the worst wrong verdict over tasks, seeds and rho, per case and method")
+        print("(share: of the seeds broken; true drop: the share times the profile's split SR):\n")
+        methods = ("auto", "auto_smooth", "betting", "fixed")
+        print("| kind | share | SRs | mode | " + " | ".join(methods) + " |")
+        print("| --- | ---: | --- | --- |" + " ---: |" * len(methods))
+        for kind, share, profile, mode in itertools.product(
+            BROKEN, sorted({c["drop"] for c in broken}), sorted({c["profile"] for c in broken}), ("drop", "min_sr")
+        ):
+            group = [
+                c for c in broken if (c["kind"], c["drop"], c["profile"], c["mode"]) == (kind, share, profile, mode)
+            ]
+            if not group:
+                continue
+            worst = []
+            for method in methods:
+                top = max((c for c in group if c["method"] == method), key=lambda c: c["wrong"])
+                flag = " (above)" if top["wrong"] > bound else ""
+                worst.append(f"{top['wrong']:.3f}{flag} ({top['tasks']}x{top['seeds']}, rho {top['rho']:g})")
+            print(f"| {kind} | {share:g} | {profile} | {mode} | " + " | ".join(worst) + " |")
     largest = max(c["seeds"] for c in cells)
     oracle = {_cell_key(c): c["correct"] for c in cells if c["method"] == ORACLE}
-    print("\nThe cells users meet (drop mode, the automatic gate, no change and twice max drop; oracle, a reference:")
-    print("the z test knowing the per-seed variance, one look at the whole budget):\n")
-    print("| tasks | seeds | rho | SRs | true drop | correct | wrong | undecided | budget spent | oracle: correct |")
-    print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    smooth = {_cell_key(c): c for c in cells if c["method"] == "auto_smooth"}
+    print("\nThe cells users meet (drop mode, the automatic gate, no change and twice max drop), the default")
+    print("rule beside the rule with --vla-gate-assume=smooth-seeds (the rule before the broken-seed guard);")
+    print("oracle, a reference: the z test knowing the per-seed variance, one look at the whole budget:\n")
+    print(
+        "| tasks | seeds | rho | SRs | true drop | correct | wrong | budget spent | smooth-seeds: correct | "
+        "smooth-seeds: spent | oracle: correct |"
+    )
+    print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in cells:
         if (
             c["mode"] == "drop"
             and c["method"] == "auto"
+            and c["kind"] == "even"
             and c["rho"] in (0.3, 0.6)
             and c["tasks"] in (10, 38)
             and c["seeds"] == largest
             and c["drop"] in (0.0, round(2 * md, 6))
-            and not c["profile"].endswith("uneven")
         ):
+            before = smooth[_cell_key(c)]
             print(
                 f"| {c['tasks']} | {c['seeds']} | {c['rho']:g} | {c['profile']} | {c['true_drop']:.3g} | "
-                f"{c['correct']:.2f} +- {se(c['correct'], reps):.2f} | {c['wrong']:.3f} +- {se(c['wrong'], reps):.3f} | "
-                f"{c['undecided']:.2f} | {c['spent']:.2f} | {oracle[_cell_key(c)]:.2f} |"
+                f"{c['correct']:.2f} +- {se(c['correct'], reps):.2f} | {c['wrong']:.3f} | {c['spent']:.2f} | "
+                f"{before['correct']:.2f} +- {se(before['correct'], reps):.2f} | {before['spent']:.2f} | "
+                f"{oracle[_cell_key(c)]:.2f} |"
             )
     if not coverage_rows:
         return

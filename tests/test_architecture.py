@@ -219,6 +219,7 @@ def test_plugin_imports_only_pytest_and_the_standard_library() -> None:
                 "LIVE_MODES",
                 "RENDER_BACKENDS",
                 "VIDEO_MODES",
+                "add_gate_options",
                 "in_range",
                 "non_empty",
             )

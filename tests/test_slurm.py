@@ -252,7 +252,8 @@ def test_a_real_mikasa_array_merges_to_what_a_local_session_records(tmp_path: Pa
 
 def test_a_dry_run_prints_both_scripts_and_submits_nothing(fake: pytest.Pytester) -> None:
     options = ["--shards", "4", "--partition", "gpu", "--time", "2:00:00", "--gres", "gpu:1", "--account", "lab"]
-    done = vlaeval_slurm(fake, {}, *options, "--baseline", "base", "--dry-run", "--", *RUN)
+    gate = ["--baseline", "base", "--assume", "nothing", "--undecided-exit", "0"]
+    done = vlaeval_slurm(fake, {}, *options, *gate, "--dry-run", "--", *RUN)
     assert done.returncode == 0, done.stdout + done.stderr
     run = fake.path / "cluster" / "fake-short-random"
     _, array_name, array, merge_name, merge = re.split(r"^# (/\S+\.sbatch)$", done.stdout, flags=re.M)
@@ -261,7 +262,7 @@ def test_a_dry_run_prints_both_scripts_and_submits_nothing(fake: pytest.Pytester
         assert line in array, array
     assert "--vla-shard=auto --vla-rerun=incomplete --vla-placement=all" in array, "a worker per GPU Slurm gives"
     assert "#SBATCH --gres" not in merge and "#SBATCH --partition=gpu" in merge, "the merge asks for no GPU"
-    assert f"merge {run} --baseline={fake.path / 'base'}" in merge, merge
+    assert f"merge {run} --baseline={fake.path / 'base'} --assume=nothing --undecided-exit=0" in merge, merge
     assert not (fake.path / "cluster").exists(), "a dry run writes nothing"
 
 
@@ -282,7 +283,10 @@ def test_a_run_name_with_a_percent_sign_is_escaped_where_slurm_expands_it(fake: 
         (["--", *RUN, "--vla-shard=1/2"], "--vla-shard=1/2: the array shards the run itself"),
         (["--", *RUN, "--vla-baseline=base"], "give a baseline to vlaeval slurm --baseline"),
         (["--shards", "0", "--", *RUN], "--shards must be at least 1, got 0"),
-        (["--max-drop", "0.1", "--", *RUN], "--max-drop and --alpha set the merge's gate against --baseline DIR"),
+        (
+            ["--max-drop", "0.1", "--", *RUN],
+            "--max-drop/--alpha/--assume/--undecided-exit set the merge's gate against --baseline DIR",
+        ),
         ([], "give the run's pytest arguments after --"),
         (["--complete", "nowhere"], "was the run submitted with vlaeval slurm?"),
         (["--", *RUN, "--vla-run-name=a\\b"], "cannot name a path with a space or a backslash"),

@@ -250,7 +250,7 @@ class ResultsController:
             self.writer.write(interrupted=self.interrupted, judge=judge, final=True)
             if self.gate_run.verdict is not None:
                 session.exitstatus = self.gate_run.exit_status(
-                    session.exitstatus, self.ledger.errored(), self.run.undecided_exit
+                    session.exitstatus, self.ledger.errored(), self.run.gate.undecided_exit
                 )
             if self.writer.files.canonical_refused is not None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # the run's result was not kept

@@ -22,7 +22,7 @@ from pytest_vlaeval.results.record import ERROR, EpisodeRecord
 from pytest_vlaeval.spec import Selection, Task
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.gate.sequential_gate import SequentialSettings
+    from pytest_vlaeval.gate.settings import GateSettings
 
 RECORD_ATTR = "vla_records"
 """Attribute of a TestReport that carries the episode's records, one per attempt (JSON-safe dicts)."""
@@ -101,7 +101,7 @@ class Plan:
     retries: int
     note: str | None = None
     """Why the session runs less than the universe (a shard, a rerun), said at session start."""
-    sequential: SequentialSettings | None = None
+    sequential: GateSettings | None = None
     """The sequential gate's blocks: every task's block b runs before any task's block b+1."""
 
 

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval import strict_json
+from pytest_vlaeval.choices import RANDOM_BREAKS
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.eval_info import eval_info_location, read_eval_info
-from pytest_vlaeval.gate.sequential import Method, drop_method
+from pytest_vlaeval.gate.methods import Method, drop_method
 from pytest_vlaeval.gate.stats import Outcomes
 from pytest_vlaeval.spec import Benchmark
 
@@ -60,9 +61,9 @@ class Baseline:
         """Those of ``seeds`` the baseline has on every compared task: the only ones the gate can pair."""
         return sorted(set(seeds).intersection(*self.outcomes.values()))
 
-    def method(self, seeds: int, max_drop: float) -> Method:
-        """The gate's method against this baseline at a budget of ``seeds`` (``sequential.drop_method``)."""
-        return drop_method(self.srs(), self.seed_means(), seeds, max_drop)
+    def method(self, seeds: int, max_drop: float, assume: str = RANDOM_BREAKS) -> Method:
+        """The gate's method against this baseline at a budget of ``seeds`` (``methods.drop_method``)."""
+        return drop_method(self.srs(), self.seed_means(), seeds, max_drop, assume)
 
 
 def load_baseline(directory: Path, env_ids: Sequence[str], seeds: Sequence[int], *, benchmark: Benchmark) -> Baseline:

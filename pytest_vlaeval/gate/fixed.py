@@ -5,7 +5,7 @@ in both runs, the per-seed drop x_s = mean over tasks of (Y_base - Y_new) is ind
 seeds, and the split SR drop on those seeds is their mean. That paired drop both decides and is
 reported. The test is one-sided, of "the drop is at most max drop": FAIL only when a one-sided
 (1 - alpha) lower bound of the drop is above max drop, so a run whose true drop is max drop or
-less FAILs with probability at most alpha. The bound comes from the method ``sequential.choose``
+less FAILs with probability at most alpha. The bound comes from the method ``methods.drop_method``
 picks when the session starts: the t test on the per-seed drops (variance floored) where that is
 safe, else the betting confidence sequence, valid for any distribution. When even a drop of 1 on
 every seed could not give FAIL with the seeds that can pair, the verdict is UNDECIDED (said at
@@ -23,22 +23,23 @@ from typing import Any
 import numpy as np
 
 from pytest_vlaeval.gate.baseline import Baseline
+from pytest_vlaeval.gate.methods import Method
 from pytest_vlaeval.gate.plan import Design, Profile, baseline_profile, start_lines
-from pytest_vlaeval.gate.sequential import Method, running_bounds
+from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.gate.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, task_outcomes
 from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, VERDICT_PREFIX
 
 
 def drop_lower_bound(drops: Sequence[float], method: Method, alpha: float) -> float:
     """One-sided (1 - alpha) lower bound of the mean per-seed drop (values in [-1, 1]), one look."""
-    lower, _ = running_bounds(np.asarray(drops, dtype=float), method, alpha, 1, (-1.0, 1.0))
+    lower, _ = method.bounds(np.asarray(drops, dtype=float), alpha, 1, (-1.0, 1.0))
     return float(lower[-1])
 
 
 def paired_interval(drops: Sequence[float], method: Method, alpha: float) -> tuple[float, float]:
     """Two-sided (1 - alpha) interval of the mean per-seed value (in [-1, 1]), one look: each side
     the method's one-sided bound at alpha / 2, so comparisons and the gate share one method."""
-    lower, upper = running_bounds(np.asarray(drops, dtype=float), method, alpha / 2, 1, (-1.0, 1.0))
+    lower, upper = method.bounds(np.asarray(drops, dtype=float), alpha / 2, 1, (-1.0, 1.0))
     return float(lower[-1]), float(upper[-1])
 
 
@@ -71,8 +72,7 @@ class FixedGate:
     """The fixed gate as settled when the session starts: baseline, threshold, level and method."""
 
     baseline: Baseline
-    max_drop: float
-    alpha: float
+    settings: GateSettings
     method: Method
     seeds: int
     """Seeds this run can pair with the baseline on every compared task, if none errors."""
@@ -80,9 +80,18 @@ class FixedGate:
     """The run's seeds per task."""
 
     @classmethod
-    def create(cls, baseline: Baseline, seeds: Sequence[int], max_drop: float, alpha: float) -> FixedGate:
+    def create(cls, baseline: Baseline, seeds: Sequence[int], settings: GateSettings) -> FixedGate:
         pairable = len(baseline.paired_seeds(seeds))
-        return cls(baseline, max_drop, alpha, baseline.method(pairable, max_drop), pairable, len(seeds))
+        method = baseline.method(pairable, settings.max_drop, settings.assume)
+        return cls(baseline, settings, method, pairable, len(seeds))
+
+    @property
+    def max_drop(self) -> float:
+        return self.settings.max_drop
+
+    @property
+    def alpha(self) -> float:
+        return self.settings.alpha
 
     @property
     def tasks(self) -> int:
@@ -90,7 +99,7 @@ class FixedGate:
 
     def design(self, seeds: int) -> Design:
         """This gate at a budget of ``seeds`` paired seeds, for the plan."""
-        method = self.baseline.method(seeds, self.max_drop)
+        method = self.baseline.method(seeds, self.max_drop, self.settings.assume)
         return Design(method, self.alpha, seeds, self.max_drop, sequential=False)
 
     def profile(self) -> Profile:

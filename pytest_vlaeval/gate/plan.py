@@ -22,16 +22,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from pytest_vlaeval.gate.methods import Method, pass_rests_on
 from pytest_vlaeval.gate.seed_model import MIN_SEED_MEANS, seed_correlation, thresholds
-from pytest_vlaeval.gate.sequential import BETTING, Method, running_bounds
 from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min_sr_verdict
 
 if TYPE_CHECKING:
     from pytest_vlaeval.gate.baseline import Baseline
+    from pytest_vlaeval.gate.settings import GateSettings
 
 PLAN_RHO_LEVEL = 0.25
 """One-sided level of each end of the baseline's seed correlation the plan tries (the middle half of
@@ -43,8 +44,6 @@ PLAN_REPS = 200
 PLAN_BUDGETS = (10, 20, 30, 50, 75, 100, 150, 200, 300)
 RANGE_SHOWN = 0.1
 """Where the two ends of the correlation differ by this much in a figure (correct verdicts, budget spent), the plan gives both."""
-CHUNK = 100
-"""Replications per batch of the betting sequence (it holds a grid x seeds array per replication)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,21 @@ class Design:
     threshold: float
     min_sr: bool = False
     sequential: bool = True
+
+
+class Gate(Protocol):
+    """What the session asks of either gate (``fixed.FixedGate``, ``sequential_gate.SequentialGate``)
+    before any episode runs: its settings and baseline, what it says at the start, and what its
+    plan simulates."""
+
+    settings: GateSettings
+    baseline: Baseline | None
+
+    def start_lines(self) -> list[str]: ...
+
+    def design(self, seeds: int) -> Design: ...
+
+    def profile(self) -> Profile: ...
 
 
 @dataclass(frozen=True)
@@ -181,11 +195,10 @@ def run(values: np.ndarray, design: Design) -> tuple[np.ndarray, np.ndarray]:
 def _bounds(
     values: np.ndarray, design: Design, looks: int, value_range: tuple[float, float]
 ) -> tuple[np.ndarray, np.ndarray]:
-    if design.method.name != BETTING:
-        return running_bounds(values, design.method, design.alpha, looks, value_range)
+    batch = design.method.batch or len(values)
     parts = [
-        running_bounds(part, design.method, design.alpha, looks, value_range)
-        for part in np.array_split(values, max(1, len(values) // CHUNK))
+        design.method.bounds(part, design.alpha, looks, value_range)
+        for part in np.array_split(values, max(1, len(values) // batch))
     ]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
@@ -233,14 +246,16 @@ def shown_ends(worse: float, other: float) -> tuple[float, ...]:
 
 def chance_of_deciding(design: Design, profile: Profile, seeds: int, seed: int = 0) -> dict[str, Chance]:
     """Under ``profile``: for a true change of none and of twice the threshold's margin (a drop of
-    2 x max drop, or an SR of min SR -/+ 0.1), the share of correct verdicts and the mean share of
-    the budget spent at each end of the profile's correlation, the worse end first."""
+    2 x max drop, or an SR of min SR -/+ 0.1; against a baseline, that drop also on whole seeds),
+    the share of correct verdicts and the mean share of the budget spent at each end of the
+    profile's correlation, the worse end first."""
     rng = np.random.default_rng(seed)
     results = {}
-    for label, change, correct in _scenarios(design, profile):
+    for label, change, correct, broken in _scenarios(design, profile):
         found = []
         for rho in profile.rhos:
             base, now = outcomes(rng, profile.srs, change, rho, seeds, PLAN_REPS)
+            now = now & ~(rng.random((PLAN_REPS, 1, seeds)) < broken)
             verdicts, spent = run(per_seed_values(base, now, design.min_sr), design)
             found.append((float(np.mean(verdicts == correct)), float(spent.mean())))
         ordered = sorted(found, key=lambda chance: (chance[0], -chance[1]))
@@ -248,14 +263,27 @@ def chance_of_deciding(design: Design, profile: Profile, seeds: int, seed: int =
     return results
 
 
-def _scenarios(design: Design, profile: Profile) -> list[tuple[str, np.ndarray, str]]:
-    """(label, each task's drop, the correct verdict) of the two planned cases."""
+WHOLE_SEEDS = "on whole seeds"
+"""The planned case of a drop that falls on whole seeds: the current policy fails every task on a
+share of the seeds and is unchanged elsewhere, outside the latent-seed model. Such a drop is far
+harder to see than one spread over the seeds (its per-seed values are 0 or the seed's whole SR),
+and no baseline tells which form a regression will take, so the plan says both."""
+
+
+def _scenarios(design: Design, profile: Profile) -> list[tuple[str, np.ndarray, str, float]]:
+    """(label, each task's drop, the correct verdict, the share of broken seeds) of the planned
+    cases: the first two decide the recommended budget."""
     srs = np.asarray(profile.srs)
     if design.min_sr:  # every task moved to the case's SR
         above, below = min(design.threshold + 0.1, 1.0), max(design.threshold - 0.1, 0.0)
-        return [(f"true SR {above:.2f}", srs - above, PASS), (f"true SR {below:.2f}", srs - below, FAIL)]
+        return [(f"true SR {above:.2f}", srs - above, PASS, 0.0), (f"true SR {below:.2f}", srs - below, FAIL, 0.0)]
     drop = 2 * design.threshold
-    return [("true drop 0", np.zeros(len(srs)), PASS), (f"true drop {drop:g}", spread_drop(drop, srs), FAIL)]
+    none = np.zeros(len(srs))
+    return [
+        ("true drop 0", none, PASS, 0.0),
+        (f"true drop {drop:g}", spread_drop(drop, srs), FAIL, 0.0),
+        (f"true drop {drop:g} {WHOLE_SEEDS}", none, FAIL, min(1.0, drop / max(float(srs.mean()), 1e-9))),
+    ]
 
 
 def start_lines(design: Design, profile: Profile, seeds: int) -> list[str]:
@@ -269,7 +297,15 @@ def start_lines(design: Design, profile: Profile, seeds: int) -> list[str]:
     )
     chances = chance_of_deciding(design, profile, seeds)
     odds = "; ".join(f"{label}: {chance.text('budget spent')}" for label, chance in chances.items())
-    return [head, f"vlaeval gate plan: simulated at {profile.assumed}: {odds}"]
+    return [head, f"vlaeval gate plan: simulated at {profile.assumed}: {odds}", *_rests_on(design)]
+
+
+def _rests_on(design: Design) -> list[str]:
+    """The plan's line on what a PASS assumes: a sequential gate's PASS is a claim at level alpha
+    (a fixed gate's PASS says only that no significant drop showed)."""
+    if not design.sequential:
+        return []
+    return [f"vlaeval gate plan: {pass_rests_on(design.method, design.alpha, design.threshold, design.min_sr)}"]
 
 
 def budget_table(
@@ -279,7 +315,8 @@ def budget_table(
     baseline_seeds: int | None = None,
 ) -> list[str]:
     """``--vla-gate-plan``: per budget, the chance of a correct verdict in each scenario, and the
-    smallest budget reaching ``probability`` in both (at the worse end) under ``profile``.
+    smallest budget reaching ``probability`` in both main ones (at the worse end) under ``profile``,
+    and apart, for a drop on whole seeds.
     ``design_for(seeds)`` gives the gate's design there; ``baseline_seeds``, how many of the first
     ``PLAN_BUDGETS[-1]`` seeds from the run's start seed the baseline pairs (a larger budget needs a
     baseline of as many)."""
@@ -293,14 +330,16 @@ def budget_table(
         )
     lines.append("| seeds | method | " + " | ".join(labels) + " |")
     lines.append("| ---: | --- |" + " ---: |" * len(labels))
-    enough = None
+    enough = whole = None
     for seeds in PLAN_BUDGETS:
         design = design_for(seeds)
-        chances = chance_of_deciding(design, profile, seeds)
-        cells = " | ".join(chance.text("spent") for chance in chances.values())
+        chances = list(chance_of_deciding(design, profile, seeds).values())
+        cells = " | ".join(chance.text("spent") for chance in chances)
         lines.append(f"| {seeds} | {design.method.name} | {cells} |")
-        if enough is None and all(chance.correct >= probability for chance in chances.values()):
+        if enough is None and all(chance.correct >= probability for chance in chances[:2]):
             enough = seeds
+        if whole is None and len(chances) > 2 and chances[2].correct >= probability:
+            whole = seeds
     verdict = (
         f"decides correctly with probability >= {probability:.0%} in both from --episodes={enough}"
         if enough
@@ -310,5 +349,9 @@ def budget_table(
         verdict += (
             f", with a baseline of as many seeds (this one pairs {baseline_seeds}: rerun it with --episodes={enough})"
         )
+    if len(labels) > 2:
+        at = f"from --episodes={whole}" if whole else f"not within {PLAN_BUDGETS[-1]} seeds"
+        verdict += f"; {labels[2]}: {at}"
     tasks = f"{profile.tasks} task{'s' if profile.tasks != 1 else ''}"
-    return [*lines, f"vlaeval gate plan: {tasks}: {verdict}"]
+    last = design_for(enough or PLAN_BUDGETS[-1])
+    return [*lines, f"vlaeval gate plan: {tasks}: {verdict}", *_rests_on(last)]

@@ -25,65 +25,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.baseline import Baseline
+from pytest_vlaeval.gate.methods import MIN_SEEDS, OBSERVED, Method, method_for, pass_rests_on
 from pytest_vlaeval.gate.plan import Design, Profile, baseline_profile, min_sr_profile, run, start_lines
-from pytest_vlaeval.gate.sequential import BETTING, MIN_SEEDS, OBSERVED, Method, method_for, running_bounds
+from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.gate.stats import Outcomes, group_sr, paired_seed_sums, success_rate
 from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX, drop_verdict, min_sr_verdict
 
 if TYPE_CHECKING:
     from pytest_vlaeval.spec import Selection
 
-DEFAULT_BLOCK = 5
 CHANCE_PATHS = 200
 """Resampled paths behind a look's chance of deciding by the budget."""
 
 
-@dataclass(frozen=True)
-class SequentialSettings:
-    alpha: float
-    block: int
-    """Seeds per block: a look is taken after every task has run a block."""
-    min_sr: float | None = None
-    """One-sample mode: is the split SR above this? Otherwise the drop against the baseline."""
-
-    def block_of(self, seed_index: int) -> int:
-        return seed_index // self.block
-
-
-def settings(
-    *,
-    sequential: bool,
-    baseline: str | None,
-    shard: str | None,
-    min_sr: float | None,
-    alpha: float,
-    block: int | None,
-) -> SequentialSettings | None:
-    """The sequential gate's settings from its options, or None without ``--vla-sequential``."""
-    if not sequential:
-        if min_sr is not None:
-            raise SpecError("--vla-min-sr is a sequential gate: add --vla-sequential")
-        return None
-    if shard:
-        raise SpecError(
-            "--vla-sequential looks at every task's seeds in one session; it does not combine with --vla-shard"
-        )
-    if (baseline is None) == (min_sr is None):
-        raise SpecError("--vla-sequential needs exactly one of --vla-baseline=DIR or --vla-min-sr=X")
-    if min_sr is not None and not 0 <= min_sr <= 1:
-        raise SpecError(f"--vla-min-sr must be a success rate in [0, 1], got {min_sr}")
-    block = DEFAULT_BLOCK if block is None else block
-    if block < 1:
-        raise SpecError(f"--vla-block must be >= 1 seed, got {block}")
-    return SequentialSettings(alpha, block, min_sr)
-
-
-def _method(baseline: Baseline | None, reference_srs: list[float], seeds: int, max_drop: float) -> Method:
+def _method(baseline: Baseline | None, reference_srs: list[float], seeds: int, max_drop: float, assume: str) -> Method:
     """Against a baseline, the rule for drops on its outcomes; with a min SR, the plan's method
     (each look chooses again on the task SRs observed so far)."""
-    return baseline.method(seeds, max_drop) if baseline else method_for(reference_srs, seeds)
+    if baseline:
+        return baseline.method(seeds, max_drop, assume)
+    return method_for(reference_srs, seeds, assume=assume)
 
 
 @dataclass
@@ -106,14 +67,13 @@ class Look:
 class SequentialGate:
     """Counts what is pending per block, takes the looks, and says when to stop."""
 
-    settings: SequentialSettings
+    settings: GateSettings
     start_seed: int
     seeds: int
     """The gate's budget: the seeds per task it can look at (``--episodes``, or fewer where the
     baseline has no seed to pair beyond)."""
     episodes: int
     """The session's seeds per task (``--episodes``)."""
-    max_drop: float
     method: Method
     """The method chosen at session start (in min-SR mode, the plan's: each look chooses again)."""
     reference_srs: list[float]
@@ -125,9 +85,7 @@ class SequentialGate:
     looks: list[Look] = field(default_factory=list)
 
     @classmethod
-    def create(
-        cls, settings: SequentialSettings, selection: Selection, max_drop: float, baseline: Baseline | None
-    ) -> SequentialGate:
+    def create(cls, settings: GateSettings, selection: Selection, baseline: Baseline | None) -> SequentialGate:
         """The gate for this selection; the method is chosen here, before any episode runs."""
         seeds = selection.episodes
         if settings.min_sr is None:
@@ -137,18 +95,21 @@ class SequentialGate:
         else:
             reference_srs = [settings.min_sr] * len(selection.tasks)
         task_ids = tuple(task.env_id for task in selection.tasks)
-        method = _method(baseline, reference_srs, seeds, max_drop)
+        method = _method(baseline, reference_srs, seeds, settings.max_drop, settings.assume)
         return cls(
             settings,
             selection.start_seed,
             seeds,
             selection.episodes,
-            max_drop,
             method,
             reference_srs,
             task_ids,
             baseline,
         )
+
+    @property
+    def max_drop(self) -> float:
+        return self.settings.max_drop
 
     @property
     def last_block(self) -> int:
@@ -160,13 +121,12 @@ class SequentialGate:
 
     def design(self, seeds: int) -> Design:
         """This gate at a budget of ``seeds``, for the plan."""
-        return self._design(_method(self.baseline, self.reference_srs, seeds, self.max_drop))
+        return self._design(_method(self.baseline, self.reference_srs, seeds, self.max_drop, self.settings.assume))
 
     def _design(self, method: Method) -> Design:
         """This gate's looks with ``method``, as the simulation runs them."""
-        min_sr = self.settings.min_sr
-        threshold = self.max_drop if min_sr is None else min_sr
-        return Design(method, self.settings.alpha, self.settings.block, threshold, min_sr is not None)
+        settings = self.settings
+        return Design(method, settings.alpha, settings.block, settings.threshold, settings.min_sr is not None)
 
     def profile(self) -> Profile:
         """What the plan simulates: the baseline's SRs and seed correlation, or with a min SR the
@@ -253,7 +213,7 @@ class SequentialGate:
         if not seeds:
             return Look(block, 0, 0.0, (0.0, 1.0), UNDECIDED, self.method, missing)
         observed = [success_rate(sum(current[t].values()), len(current[t])) for t in self.task_ids]
-        method = method_for(observed, self.seeds, OBSERVED)
+        method = method_for(observed, self.seeds, OBSERVED, self.settings.assume)
         means = [group_sr(current[t][s] for t in self.task_ids) for s in seeds]
         lower, upper = self._bounds(means, method, (0.0, 1.0))
         verdict = str(min_sr_verdict(lower, upper, self.settings.min_sr))
@@ -261,7 +221,7 @@ class SequentialGate:
         return Look(block, len(seeds), float(np.mean(means)), (lower, upper), verdict, method, chance=chance)
 
     def _bounds(self, values: list[float], method: Method, value_range: tuple[float, float]) -> tuple[float, float]:
-        lower, upper = running_bounds(np.asarray(values), method, self.settings.alpha, self.planned_looks, value_range)
+        lower, upper = method.bounds(np.asarray(values), self.settings.alpha, self.planned_looks, value_range)
         return float(lower[-1]), float(upper[-1])
 
     def _chance(self, values: list[float], method: Method) -> float | None:
@@ -348,7 +308,7 @@ class SequentialResult:
             return f"{VERDICT_PREFIX}: {UNDECIDED}: no block completed; method: {self._method}, alpha {alpha:g}"
         look = gate.looks[-1]
         low, high = look.interval
-        label = f"{1 - alpha:.0%} {'CS' if look.method.name == BETTING else 'bounds'}"
+        label = f"{1 - alpha:.0%} {look.method.interval}"
         if gate.settings.min_sr is None:
             what = (
                 f"split SR drop {look.estimate:+.3f} [{label} {low:+.3f}, {high:+.3f}] vs max drop {gate.max_drop:.3f}"
@@ -363,9 +323,13 @@ class SequentialResult:
         not_compared = (
             f"; not compared: {gate.baseline.not_compared}" if gate.baseline and gate.baseline.not_compared else ""
         )
+        rests_on = ""
+        if look.verdict == PASS:
+            settings = gate.settings
+            rests_on = f"; {pass_rests_on(look.method, alpha, settings.threshold, settings.min_sr is not None)}"
         return (
             f"{VERDICT_PREFIX}: {look.verdict}: {what} after {len(gate.looks)} looks ({look.seeds} seeds){stop}"
-            f"{not_compared}; method: {self._method}, alpha {alpha:g}"
+            f"{not_compared}; method: {self._method}, alpha {alpha:g}{rests_on}"
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NoReturn
 
+from pytest_vlaeval.choices import SMOOTH_SEEDS
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.eval_info import EvalInfoLocation, eval_info_location, max_reward_extra, read_eval_info
 from pytest_vlaeval.gate.fixed import paired_interval
-from pytest_vlaeval.gate.sequential import method_for
+from pytest_vlaeval.gate.methods import method_for
 from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
 from pytest_vlaeval.report.axes import benchmark_metrics, group_rates, summary_axes
 from pytest_vlaeval.results.canonical import summary as canonical_summary
@@ -325,7 +326,9 @@ def _paired(tasks: list[TaskResult], first: list[TaskResult]) -> PairedDifferenc
     if not sums:
         return None
     differences = [k / len(compared) for k in sums.values()]
-    method = method_for([sum(reference[t].values()) / len(reference[t]) for t in compared], len(differences))
+    # An interval to read, not a PASS: no broken-seed guard (that bounds per-seed SRs or drops, one side).
+    srs = [sum(reference[t].values()) / len(reference[t]) for t in compared]
+    method = method_for(srs, len(differences), assume=SMOOTH_SEEDS)
     return PairedDifference(
         sum(differences) / len(differences), paired_interval(differences, method, 0.05), len(differences), method.name
     )

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from helpers import ROOT, TESTS, assert_one_line_usage_error, read_json, run_dir
 
+from pytest_vlaeval.gate.methods import Betting, TTest, betting_bounds, method_for
 from pytest_vlaeval.gate.plan import shown_ends
-from pytest_vlaeval.gate.sequential import BETTING, T_TEST, betting_bounds, method_for
 from pytest_vlaeval.gate.stats import (
     mcnemar_exact,
     paired_seed_sums,
@@ -85,10 +85,10 @@ def test_betting_confidence_sequence_covers_at_every_look() -> None:
 def test_the_rule_looks_at_the_spread_of_the_reference_srs_not_their_mean() -> None:
     """Half the tasks near 0 and half near 1 average 1/2, yet their per-seed values are lumpy:
     the t test was wrongly decided 0.10 of the time there, so the rule keeps the betting sequence."""
-    assert method_for([0.05, 0.95] * 6, 50).name == BETTING
-    assert method_for([0.5] * 12, 50).name == T_TEST
-    assert method_for([0.5] * 9, 50).name == BETTING, "fewer than 10 tasks"
-    assert method_for([0.5] * 12, 9).name == BETTING, "fewer than 10 seeds"
+    assert isinstance(method_for([0.05, 0.95] * 6, 50), Betting)
+    assert isinstance(method_for([0.5] * 12, 50), TTest)
+    assert isinstance(method_for([0.5] * 9, 50), Betting), "fewer than 10 tasks"
+    assert isinstance(method_for([0.5] * 12, 9), Betting), "fewer than 10 seeds"
 
 
 def test_verdict_rules() -> None:
@@ -258,8 +258,12 @@ def test_min_sr_gate_never_averages_over_a_task_that_only_errors(fake: pytest.Py
     [
         (["--vla-min-sr=0.5"], "--vla-min-sr is a sequential gate: add --vla-sequential"),
         (["--vla-sequential"], "--vla-sequential needs exactly one of --vla-baseline=DIR or --vla-min-sr=X"),
-        (["--vla-sequential", "--vla-min-sr=1.5"], "--vla-min-sr must be a success rate in [0, 1], got 1.5"),
-        (["--vla-sequential", "--vla-min-sr=0.5", "--vla-block=0"], "--vla-block must be >= 1 seed, got 0"),
+        (["--vla-sequential", "--vla-min-sr=1.5"], "argument --vla-min-sr: must be in [0, 1], got 1.5"),
+        (["--vla-sequential", "--vla-min-sr=0.5", "--vla-block=0"], "argument --vla-block: must be in [1, inf), got 0"),
+        (
+            ["--vla-sequential", "--vla-min-sr=0.5", "--vla-gate-assume=hope"],
+            "argument --vla-gate-assume: invalid choice",
+        ),
         (
             ["--vla-sequential", "--vla-min-sr=0.5", "--vla-undecided-exit=300"],
             "argument --vla-undecided-exit: must be in [0, 255], got 300",
@@ -383,7 +387,8 @@ def test_fixed_gate_that_cannot_fail_says_so_first_and_is_undecided(fake: pytest
             "earliest FAIL at not within this budget of 5",
             "vlaeval gate plan: simulated at the baseline's 2 task SRs (mean 1.00) and seed correlation anywhere in "
             "0 to 0.95 (its 5 seeds say too little), the worse end first: true drop 0: correct 0%, budget spent "
-            "1.00; true drop 0.1: correct 0%, budget spent 1.00",
+            "1.00; true drop 0.1: correct 0%, budget spent 1.00; true drop 0.1 on whole seeds: correct 0%, budget "
+            "spent 1.00",
             "vlaeval gate: this run pairs 5 seeds with the baseline: too few to show a drop above 0.05 at alpha 0.05*",
             "fake-short FFFFF",
             "vlaeval gate: UNDECIDED: split SR drop +1.000 paired on 5 seeds x 2 tasks*; 5 paired seeds cannot show "
@@ -454,13 +459,16 @@ def test_group_sequential_gate_passes_early_under_xdist(wide: pytest.Pytester) -
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, variance floor at a drop of 0.2 *); earliest "
+            "vlaeval gate plan: group-sequential t test with the broken-seed guard (12 tasks, 30 seeds, variance floor at a drop of 0.2 *); earliest "
             "PASS at 10 "
             "seeds, earliest FAIL at 10 seeds of 30",
             "vlaeval gate: PASS: split SR drop +0.000 ?95% bounds -*? vs max drop 0.200 after 2 looks (10 seeds), "
-            "stopped early (* episodes saved); method: sequential group-sequential t test, seeds as the unit "
+            "stopped early (* episodes saved); method: sequential group-sequential t test with the broken-seed guard, seeds as the unit "
             "(12 tasks, 30 seeds, variance floor at a drop of 0.2 from the baseline's task SRs and seed correlation 0.*), "
-            "alpha 0.05",
+            "alpha 0.05; a PASS assumes smooth seeds, or whole seeds broken at random (random-breaks): a policy failing "
+            "every task on *% of the seeds or more (a drop above 0.2 from the baseline's 0.*) shows such a seed within * "
+            "seeds with probability 97.5%, and no PASS comes sooner; assuming nothing (--vla-gate-assume=nothing), a PASS "
+            "takes at least 18 seeds",
         ]
     )
     gate = read_json(run_dir(wide) / "summary.json")["gate"]
@@ -485,10 +493,14 @@ def test_group_sequential_gate_fails_early_under_xdist(wide: pytest.Pytester) ->
     )
 
 
-def test_a_good_policy_against_its_own_baseline_passes_early(wide: pytest.Pytester) -> None:
+def test_a_good_policy_against_its_own_baseline_passes_early_on_smooth_seeds(wide: pytest.Pytester) -> None:
     """SRs near 0.95, tasks correlated through the seed: the betting sequence alone could not PASS
     within 30 seeds at max drop 0.1 (it needs about 37 even when nothing moves), so the rule must
-    give these SRs the t test with the floor from the baseline's own seed correlation."""
+    give these SRs the t test with the floor from the baseline's own seed correlation. By default
+    its broken-seed guard holds a PASS back until a tenth of the seeds failing every task would
+    have shown (34 seeds at SR 0.97): the plan says so before any episode, and the verdict is
+    UNDECIDED within 30; assuming smooth seeds by name, the t test alone PASSes early and says
+    what it assumed."""
     wide.makepyfile(
         good="""
         import hashlib
@@ -520,13 +532,28 @@ def test_a_good_policy_against_its_own_baseline_passes_early(wide: pytest.Pytest
     result = wide.runpytest(
         *WIDE, "--policy=good:Again", "--vla-sequential", f"--vla-baseline={base}", "--vla-max-drop=0.1"
     )
-    assert result.ret == pytest.ExitCode.OK
+    assert result.ret == UNDECIDED_EXIT
     result.stdout.fnmatch_lines(
         [
-            "vlaeval gate plan: group-sequential t test (12 tasks, 30 seeds, variance floor at a drop of 0.1 *",
-            "vlaeval gate look 1 at 5 seeds: drop * undecided; too few seeds yet to judge how likely a verdict is by 30",
-            "vlaeval gate look 2 at 10 seeds: drop * undecided; about *% likely to decide by 30 seeds, judged from *",
-            "vlaeval gate: PASS: split SR drop * after * looks (* seeds), stopped early*",
+            "vlaeval gate plan: group-sequential t test with the broken-seed guard (12 tasks, 30 seeds, variance floor "
+            "at a drop of 0.1 *); earliest PASS at not within this budget, earliest FAIL at 10 seeds of 30",
+            "vlaeval gate plan: a PASS assumes smooth seeds, or whole seeds broken at random (random-breaks): a policy "
+            "failing every task on 10.*% of the seeds or more * within 34 seeds *",
+            "vlaeval gate look 2 at 10 seeds: drop * undecided; about 0% likely to decide by 30 seeds, judged from *",
+            "vlaeval gate: UNDECIDED: split SR drop * after 6 looks (30 seeds)*",
+        ]
+    )
+    smooth = wide.runpytest(
+        *WIDE, "--policy=good:Again", "--vla-sequential", f"--vla-baseline={base}", "--vla-max-drop=0.1",
+        "--vla-gate-assume=smooth-seeds", "--vla-results=smooth",
+    )  # fmt: skip
+    assert smooth.ret == pytest.ExitCode.OK
+    smooth.stdout.fnmatch_lines(
+        [
+            "vlaeval gate plan: group-sequential t test (12 tasks, *); earliest PASS at 10 seeds, *",
+            "vlaeval gate: PASS: split SR drop * stopped early*; method: sequential group-sequential t test, seeds as "
+            "the unit (*), alpha 0.05; a PASS assumes smooth seeds (smooth-seeds): *; assuming nothing (--vla-gate-assume=nothing), "
+            "a PASS takes at least 37 seeds",
         ]
     )
     # Two of those tasks: the betting sequence, which cannot PASS within 30 seeds, and each look says so.
@@ -557,12 +584,13 @@ def test_min_sr_mode_chooses_its_method_at_each_look_on_the_observed_srs(wide: p
     args = [*WIDE, "--vla-sequential"]
     cases = {  # policy, min SR: what the plan says at start, and the verdict after the looks
         ("steady:Steady", 0.8): (
-            "group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.160)",
+            "group-sequential t test with the broken-seed guard (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.160)",
             "FAIL: split SR 0.400 ?95% bounds *? vs min SR 0.800 after * looks*; method: sequential group-sequential "
-            "t test, seeds as the unit (12 tasks, 30 seeds, observed task SRs' mean p(1-p) 0.240)",
+            "t test with the broken-seed guard, seeds as the unit (12 tasks, 30 seeds, observed task SRs' mean p(1-p) "
+            "0.240)",
         ),
         ("zero", 0.5): (
-            "group-sequential t test (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.250)",
+            "group-sequential t test with the broken-seed guard (12 tasks, 30 seeds, reference SRs' mean p(1-p) 0.250)",
             "FAIL: split SR 0.000 ?95% CS *? vs min SR 0.500 after * looks*; method: sequential betting confidence "
             "sequence, seeds as the unit (observed task SRs near 0 or 1: mean p(1-p) 0.000 < 0.128)",
         ),
@@ -591,11 +619,12 @@ def test_gate_plan_prints_the_budgets_and_runs_no_episode(wide: pytest.Pytester)
             "30 seeds' middle half), the worse end first",
             "vlaeval gate plan: the baseline pairs 30 of the first 300 seeds from this run's start seed; the rows "
             "above 30 seeds assume a baseline of as many",
-            "| seeds | method | true drop 0 | true drop 0.1 |",
-            "| 10 | group-sequential t test | correct *",
-            "| 300 | group-sequential t test | correct *",
+            "| seeds | method | true drop 0 | true drop 0.1 | true drop 0.1 on whole seeds |",
+            "| 10 | group-sequential t test with the broken-seed guard | correct *",
+            "| 300 | group-sequential t test with the broken-seed guard | correct *",
             "vlaeval gate plan: 12 tasks: decides correctly with probability >= 80% in both from --episodes=*, with a "
-            "baseline of as many seeds (this one pairs 30: rerun it with --episodes=*)",
+            "baseline of as many seeds (this one pairs 30: rerun it with --episodes=*); true drop 0.1 on whole seeds: *",
+            "vlaeval gate plan: a PASS assumes smooth seeds, or whole seeds broken at random (random-breaks): *",
         ]
     )
     assert not (wide.path / "r").exists(), "no episode ran"
@@ -642,7 +671,9 @@ def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
     method's wrong-verdict rate far above alpha even in this tiny run."""
     out = tmp_path / "cells.json"
     script = ROOT / "scripts" / "gate_simulation.py"
-    done = subprocess.run([sys.executable, str(script), "--smoke", "--json", str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--family=both", "--json", str(out)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     cells = json.loads(out.read_text())
     keys = {
@@ -650,6 +681,7 @@ def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
         "seeds",
         "rho",
         "profile",
+        "kind",
         "drop",
         "true_drop",
         "mode",
@@ -661,7 +693,9 @@ def test_the_simulation_runs_and_writes_every_cell(tmp_path: Path) -> None:
         "reps",
     }
     assert cells and all(set(c) == keys for c in cells)
-    assert {c["method"] for c in cells} == {"betting", "t_test", "auto", "fixed", "oracle"}
+    assert {c["method"] for c in cells} == {"betting", "t_test", "auto", "auto_smooth", "fixed", "oracle"}
     assert {c["mode"] for c in cells} == {"drop", "min_sr"}
+    assert {c["kind"] for c in cells} == {"even", "broken-all", "broken-each"}
+    assert "The broken-seed family: the worst wrong verdict" in done.stdout
     assert all(c["wrong"] + c["correct"] + c["undecided"] <= 1 + 1e-9 for c in cells)
     assert "Split-SR interval coverage" in done.stdout

@@ -20,6 +20,7 @@ import pytest_vlaeval
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.fixed import FixedGate, paired_interval
+from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.printable import UNSAFE
 from pytest_vlaeval.report.comparison import GROUP, OVERALL, TASK, ComparisonError, load_run
 from pytest_vlaeval.results.canonical import summary
@@ -41,7 +42,7 @@ def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: 
         baseline = load_baseline(
             early, [r["env_id"] for r in per_task], seeds, benchmark=load_benchmark(early / "benchmark.yaml")
         )
-        gate = FixedGate.create(baseline, seeds, max_drop=1.0, alpha=0.05).judge(per_task)
+        gate = FixedGate.create(baseline, seeds, GateSettings(max_drop=1.0)).judge(per_task)
         assert gate.drop is not None and difference is not None
         assert difference.difference == pytest.approx(-gate.drop)
         low, high = paired_interval(list(gate.drops.values()), gate.gate.method, 0.05)

@@ -432,6 +432,13 @@ def test_merge_judges_the_whole_run_against_a_baseline(fake: pytest.Pytester, ca
     assert "flips" in (zero / "report.html").read_text(), "the report lists the episodes that flipped"
     assert vlaeval(["merge", str(zero), "--baseline", str(perfect), "--max-drop", "1"]) == 7
     assert "vlaeval gate: UNDECIDED" in capsys.readouterr().out, "no data shows a drop above 1: undecided, exit 7"
+    # The gate's options are pytest's (declared once): the exit status of an undecided gate, and what a PASS assumes.
+    assert vlaeval(["merge", str(zero), "--baseline", str(perfect), "--max-drop", "1", "--undecided-exit", "0"]) == 0
+    assert "vlaeval gate: UNDECIDED" in capsys.readouterr().out
+    assert vlaeval(["merge", str(zero), "--baseline", str(perfect), "--assume", "nothing"]) == EXIT_GATE_FAILED
+    assert "method: fixed betting confidence sequence, seeds as the unit (assuming nothing of the seeds)" in (
+        capsys.readouterr().out
+    )
     assert vlaeval(["merge", str(zero), "--baseline", str(zero)]) == 0
     assert "vlaeval gate: PASS: split SR drop +0.000" in capsys.readouterr().out
     fake.runpytest(*twenty, "--vla-results=half", "--vla-shard=1/2")
