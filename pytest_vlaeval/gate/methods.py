@@ -282,19 +282,22 @@ BROKEN_SEEN_MOST = 40
 def _broken_share_table(seeds: int, alpha: float) -> np.ndarray:
     """``[n, k]``: the one-sided (1 - alpha) upper bound of a share of which k of n draws showed
     (Clopper and Pearson, Biometrika 26(4), 1934: the q with P(Bin(n, q) <= k) = alpha), n up to
-    ``seeds``; 1 beyond ``BROKEN_SEEN_MOST``."""
+    ``seeds``; 1 beyond ``BROKEN_SEEN_MOST``. Bisection on every (n, k) at once."""
+    n = np.arange(1, seeds + 1)[:, None, None]
+    k = np.arange(BROKEN_SEEN_MOST + 1)[None, :, None]
+    j = np.arange(BROKEN_SEEN_MOST + 1)[None, None, :]  # the terms of P(Bin(n, q) <= k)
+    log_gamma = np.vectorize(math.lgamma)
+    choose = log_gamma(n + 1.0) - log_gamma(j + 1.0) - log_gamma(np.maximum(n - j, 0) + 1.0)
+    log_choose = np.where((j <= k) & (j <= n), choose, -np.inf)  # only the terms of the sum
+    low, high = np.broadcast_to(k / n, (seeds, len(k[0]), 1)).copy(), np.ones((seeds, len(k[0]), 1))
+    for _ in range(40):
+        middle = np.clip((low + high) / 2, 1e-12, 1 - 1e-12)
+        terms = np.exp(log_choose + j * np.log(middle) + (n - j) * np.log1p(-middle))
+        cdf = terms.sum(axis=-1, keepdims=True)
+        low, high = np.where(cdf > alpha, middle, low), np.where(cdf > alpha, high, middle)
     table = np.ones((seeds + 1, seeds + 1))
-    j = np.arange(BROKEN_SEEN_MOST + 1)
-    for n in range(1, seeds + 1):
-        k = j[: min(n, BROKEN_SEEN_MOST) + 1]
-        log_choose = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in k])
-        low, high = k / n, np.ones(len(k))
-        for _ in range(40):
-            middle = np.clip((low + high) / 2, 1e-12, 1 - 1e-12)
-            log_pmf = log_choose + k * np.log(middle)[:, None] + (n - k) * np.log1p(-middle)[:, None]
-            cdf = np.diagonal(np.cumsum(np.exp(log_pmf), axis=1))  # P(Bin(n, middle_k) <= k), for each k
-            low, high = np.where(cdf > alpha, middle, low), np.where(cdf > alpha, high, middle)
-        table[n, : len(k)] = np.where(k == n, 1.0, high)
+    columns = min(len(k[0]), seeds + 1)
+    table[1:, :columns] = np.where(k >= n, 1.0, high)[:, :columns, 0]
     return table
 
 

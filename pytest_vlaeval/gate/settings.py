@@ -84,11 +84,6 @@ class GateSettings:
         )
 
     @property
-    def gates(self) -> bool:
-        """A gate judges this run: a baseline, or a min SR."""
-        return self.baseline is not None or self.min_sr is not None
-
-    @property
     def threshold(self) -> float:
         """What the gate judges against: the min SR, or max drop."""
         return self.max_drop if self.min_sr is None else self.min_sr
