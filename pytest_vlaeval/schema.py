@@ -7,7 +7,7 @@ on what a reader of a baseline may miss.
 
 A benchmark's axes (``spec.Axis``) add keys of their own: each task's group under the axis's
 field (MIKASA: ``memory_type``), and the group SRs and intervals under the axis's summary key
-(``sr_per_memory_type``, ``sr_per_memory_type_ci95``); ``Summary.axes`` lists them for readers.
+(``sr_per_memory_type``, ``sr_per_memory_type_ci95``); ``RunSummary.axes`` lists them for readers.
 The split's are typed here, as every benchmark has one. So does its reporting (``spec.Reporting``):
 env options copied into each task's file (MIKASA's ``control_mode``, ``obs_mode``,
 ``wrapper_chain``), its episode extras summarised per task and per run (LIBERO's
@@ -95,7 +95,7 @@ class _SummaryGate(TypedDict, total=False):
     """For a benchmark that declares a grid (LIBERO-PRO)."""
 
 
-class Summary(_SummaryGate):
+class RunSummary(_SummaryGate):
     """``summary.json``: the reference runner's split summary, then our additions."""
 
     split: str
@@ -139,7 +139,7 @@ class Summary(_SummaryGate):
     written_at: str
 
 
-Canonical = tuple[Summary, list[TaskResult]]
+Canonical = tuple[RunSummary, list[TaskResult]]
 """A run's canonical output: the summary and the per-task results."""
 
 

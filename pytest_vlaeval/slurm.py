@@ -16,24 +16,17 @@ off); ``RUN_DIR/slurm/`` keeps the scripts as submitted, the job ids and Slurm's
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
-import hmac
-import io
 import json
-import os
 import re
-import secrets
 import shlex
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_vlaeval import strict_json
+from pytest_vlaeval.arrays import Submission, complete, locate_run, submission_key
 from pytest_vlaeval.choices import add_gate_options, gate_options
-from pytest_vlaeval.distribute.indexed import PAIR
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.printable import command_line, terminal_lines, terminal_safe
 from pytest_vlaeval.results.rundir import RunDir
@@ -45,121 +38,6 @@ MERGE_OPTIONS = ("partition", "account", "qos", "time", "constraint")
 WORKER_OPTIONS = ("-n", "--numprocesses", "--vla-placement", "--tx", "-d", "--dist")
 """Options of pytest's that place workers: given, the array task keeps them; else it sets its own."""
 RERUN_OPTIONS = ("--vla-rerun", "--vla-resume")
-SEALED = ("pytest_args", "shards", "sbatch", "merge_args", "workdir", "run_dir")
-"""What a submission's seal covers: everything ``--complete`` runs or writes to (its interpreter is replaced)."""
-
-
-@dataclass(frozen=True)
-class Submission:
-    """What ``RUN_DIR/slurm/submissions.json`` keeps: how to submit more of this run, and what was."""
-
-    pytest_args: list[str]
-    shards: int
-    sbatch: dict[str, str]
-    merge_args: list[str]
-    python: str
-    workdir: str
-    run_dir: str = ""
-    """Where the run was submitted (empty in a record written before runs were sealed)."""
-    seal: str = ""
-    """An HMAC of the ``SEALED`` fields with this account's key (``submission_key``)."""
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-
-    @classmethod
-    def read(cls, path: Path) -> Submission:
-        """The file as written here, checked field by field (a run directory may come from elsewhere)."""
-        try:
-            data = strict_json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SpecError(f"{path}: cannot read it ({exc}); was the run submitted with vlaeval slurm?") from None
-        kinds = {"pytest_args": list, "shards": int, "sbatch": dict, "merge_args": list, "python": str, "workdir": str}
-        if not isinstance(data, dict) or any(not isinstance(data.get(k), t) for k, t in kinds.items()):
-            raise SpecError(f"{path}: not a vlaeval slurm submission (expected {', '.join(kinds)})")
-        sealing = {k: data.get(k, "") for k in ("run_dir", "seal")}  # a run submitted before sealing lacks them
-        if not all(isinstance(v, str) for v in sealing.values()):
-            raise SpecError(f"{path}: not a vlaeval slurm submission (run_dir and seal are strings)")
-        strings = [*data["pytest_args"], *data["merge_args"], *data["sbatch"].keys(), *data["sbatch"].values()]
-        if not all(isinstance(s, str) and "\n" not in s for s in strings) or data["shards"] < 1:
-            raise SpecError(f"{path}: its arguments are not one-line strings, or it has no shard")
-        jobs = data.get("jobs", [])
-        ids = ("array_job", "merge_job")
-        if not isinstance(jobs, list) or not all(
-            isinstance(job, dict) and all(isinstance(job.get(k), str) and job[k].isdecimal() for k in ids)
-            for job in jobs
-        ):
-            raise SpecError(f"{path}: its jobs are not a list of Slurm job ids")
-        return cls(**{k: data[k] for k in kinds}, **sealing, jobs=jobs)
-
-    def write(self, run: RunDir) -> None:
-        """Into the run's ``slurm/`` folder, renamed over: a received run's link there is never followed."""
-        write_text_atomic(run.confined(run.slurm_submissions), json.dumps(asdict(self), indent=2) + "\n")
-
-    def seal_with(self, key: bytes) -> str:
-        sealed = json.dumps([getattr(self, name) for name in SEALED], sort_keys=True)
-        return hmac.new(key, sealed.encode(), hashlib.sha256).hexdigest()
-
-
-def submission_key(create: bool) -> bytes:
-    """This account's secret, which seals what ``vlaeval slurm`` submits: ``--complete`` then runs
-    only a command this account submitted for that very run directory, however the directory was
-    edited, copied or received. It is made on the first submission, readable by its owner alone."""
-    path = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "pytest-vlaeval" / "slurm.key"
-    try:
-        if create and not path.exists():
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fresh = path.with_name(f"{path.name}.{os.getpid()}")
-            with open(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
-                file.write(secrets.token_hex(32))
-            with contextlib.suppress(FileExistsError):  # a submission beside this one made it first: theirs is kept
-                os.link(fresh, path)
-            fresh.unlink()
-        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
-            status = os.fstat(file.fileno())
-            key = file.read(256).strip()
-    except FileNotFoundError:
-        raise SpecError(f"{path} is missing: no run was submitted with vlaeval slurm from this account") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot make or read the key that seals submissions ({exc.strerror or exc})") from None
-    if status.st_uid != os.getuid() or status.st_mode & 0o077 or len(key) < 32:
-        raise SpecError(f"{path}: the key that seals submissions must be yours, readable by you alone (chmod 600)")
-    return key
-
-
-def locate_run(pytest_args: list[str], workdir: Path, shards: int) -> Path:
-    """The run directory a pytest command line names, from a collect-only session in this process
-    as a shard of the array would start (``--vla-shard=auto``, from ``workdir``): the plugin's checks
-    run too, so a bad command line is one line here, before anything is submitted."""
-    import pytest
-
-    from pytest_vlaeval.configure import RUN_CONTEXT
-
-    class Probe:
-        run_dir: Path | None = None
-
-        @pytest.hookimpl(trylast=True)
-        def pytest_configure(self, config: pytest.Config) -> None:
-            run = config.stash.get(RUN_CONTEXT, None)
-            self.run_dir = run.run_dir if run is not None else None
-
-    probe = Probe()
-    output = io.StringIO()
-    here, shard = Path.cwd(), os.environ.get(PAIR)
-    os.environ[PAIR] = f"1/{shards}"
-    try:
-        os.chdir(workdir)
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            args = [*pytest_args, "--vla-shard=auto", "--collect-only", "-q", "-p", "no:cacheprovider"]
-            pytest.main(args, plugins=[probe])
-    finally:
-        os.chdir(here)
-        if shard is None:
-            os.environ.pop(PAIR)
-        else:
-            os.environ[PAIR] = shard
-    if probe.run_dir is None:
-        said = [line.removeprefix("ERROR: ") for line in output.getvalue().splitlines() if line.strip()]
-        raise SpecError(f"{command_line(['pytest', *pytest_args])}: {said[-1] if said else 'names no evaluation'}")
-    return probe.run_dir
 
 
 def array_script(submission: Submission, run_dir: Path, name: str, count: int, extra: list[str]) -> str:
@@ -168,13 +46,13 @@ def array_script(submission: Submission, run_dir: Path, name: str, count: int, e
     args = [arg for arg in submission.pytest_args if not (completing and arg.split("=")[0] in RERUN_OPTIONS)]
     placed = any(arg.split("=")[0] in WORKER_OPTIONS for arg in args)
     rerun = [] if any(arg.split("=")[0] in RERUN_OPTIONS for arg in args) else ["--vla-rerun=incomplete"]
-    gpus = "gres" in submission.sbatch or "gpus-per-task" in submission.sbatch
+    gpus = "gres" in submission.scheduler_options or "gpus-per-task" in submission.scheduler_options
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name=vlaeval-{run_dir.name}",
         f"#SBATCH --array=0-{count - 1}",
         f"#SBATCH --output={slurm_pattern(RunDir(run_dir).slurm / 'logs')}/{name}_%A_%a.out",
-        *(f"#SBATCH --{option}={value}" for option, value in submission.sbatch.items()),
+        *(f"#SBATCH --{option}={value}" for option, value in submission.scheduler_options.items()),
         f"# pytest-vlaeval: {count} shards of {run_dir}, one per array task (--vla-shard=auto reads",
         "# SLURM_ARRAY_TASK_ID); --vla-rerun=incomplete skips what a requeued try of this shard already finished.",
         "set -u",
@@ -200,7 +78,7 @@ def slurm_pattern(path: Path) -> str:
 
 def merge_script(submission: Submission, run_dir: Path, name: str) -> str:
     """The sbatch script of the merge that runs once the array has ended."""
-    options = {k: v for k, v in submission.sbatch.items() if k in MERGE_OPTIONS}
+    options = {k: v for k, v in submission.scheduler_options.items() if k in MERGE_OPTIONS}
     command = [submission.python, "-m", "pytest_vlaeval", "merge", str(run_dir), *submission.merge_args]
     return (
         "\n".join(
@@ -238,116 +116,62 @@ def sbatch(script: Path, *options: str) -> str:
     return slurm_command("sbatch", "--parsable", *options, str(script)).strip().split(";")[0]
 
 
-def submit(submission: Submission, run_dir: Path, episodes: list[tuple[str, int]] | None, dry_run: bool) -> list[str]:
-    """Write the array and merge scripts for the whole run (``episodes`` None) or for exactly
-    ``episodes``, and submit them unless ``dry_run``; the lines to print."""
-    slurm = RunDir(run_dir).slurm
-    number = len(submission.jobs) + 1
-    kind = "array" if episodes is None else "complete"
-    name = f"{kind}-{number}"
-    extra: list[str] = []
-    count = submission.shards
-    if episodes is not None:
-        listed = slurm / f"{name}.episodes.json"
-        extra = [f"--vla-episode-list={listed}"]
-        count = min(count, len(episodes))
-    array, merge = (
-        array_script(submission, run_dir, name, count, extra),
-        merge_script(submission, run_dir, f"merge-{number}"),
-    )
-    if dry_run:
-        return [f"# {slurm / f'{name}.sbatch'}", array, f"# {slurm / f'merge-{number}.sbatch'}", merge]
-    run = RunDir(run_dir)
-    run.confined(slurm / "logs" / "-").parent.mkdir(parents=True, exist_ok=True)
-    if episodes is not None:
-        write_text_atomic(run.confined(listed), json.dumps([list(key) for key in episodes]) + "\n")
-    write_text_atomic(run.confined(slurm / f"{name}.sbatch"), array)
-    write_text_atomic(run.confined(slurm / f"merge-{number}.sbatch"), merge)
-    array_job = sbatch(slurm / f"{name}.sbatch")
-    try:
-        merge_job = sbatch(slurm / f"merge-{number}.sbatch", f"--dependency=afterany:{array_job}")
-    except SpecError:  # an array nobody merges or records would run its episodes for nothing
-        subprocess.run(["scancel", array_job], capture_output=True)
-        raise
-    jobs = [*submission.jobs, {"kind": kind, "array_job": array_job, "merge_job": merge_job, "shards": count}]
-    replace(submission, jobs=jobs).write(run)
-    what = f"{count} shards" if episodes is None else f"{len(episodes)} missing or errored episodes in {count} shards"
-    return [
-        f"submitted array job {array_job} ({what}) and merge job {merge_job} (after it) for {run_dir}",
-        f"scripts, job ids and Slurm's output: {slurm}",
-        f"after the merge, if episodes are missing: {command_line(['vlaeval', 'slurm', '--complete', str(run_dir)])}",
-    ]
+class Slurm:
+    """Slurm as an ``arrays.ArrayScheduler``: an array job of shards and a merge job after it."""
 
-
-def refuse_while_queued(jobs: list[dict[str, Any]]) -> None:
-    """``SpecError`` while Slurm still holds (queues or runs) one of a run's jobs: a new array beside
-    them would run their episodes a second time."""
-    ours = {str(job.get(key)) for job in jobs for key in ("array_job", "merge_job")}
-    queued = sorted(ours & set(slurm_command("squeue", "-h", "-o", "%F %A").split())) if ours else []
-    if queued:
-        raise SpecError(
-            f"this run's jobs {', '.join(queued)} are still queued or running: wait for them, or scancel them"
+    def submit(
+        self, submission: Submission, run_dir: Path, episodes: list[tuple[str, int]] | None, dry_run: bool
+    ) -> list[str]:
+        """Write the array and merge scripts for the whole run (``episodes`` None) or for exactly
+        ``episodes``, and submit them unless ``dry_run``; the lines to print."""
+        slurm = RunDir(run_dir).slurm
+        number = len(submission.jobs) + 1
+        kind = "array" if episodes is None else "complete"
+        name = f"{kind}-{number}"
+        extra: list[str] = []
+        count = submission.shards
+        if episodes is not None:
+            listed = slurm / f"{name}.episodes.json"
+            extra = [f"--vla-episode-list={listed}"]
+            count = min(count, len(episodes))
+        array, merge = (
+            array_script(submission, run_dir, name, count, extra),
+            merge_script(submission, run_dir, f"merge-{number}"),
         )
-
-
-def incomplete_episodes(run_dir: Path) -> list[tuple[str, int]]:
-    """The run's episodes with no record or whose latest is an error, from its episode logs."""
-    from pytest_vlaeval.merge import selection_of
-    from pytest_vlaeval.results.latest import LatestRecords
-    from pytest_vlaeval.results.subset import still_to_run
-
-    selection = selection_of(run_dir)
-    universe = selection.episode_ids
-    return still_to_run(universe, LatestRecords.read(RunDir(run_dir), universe), "incomplete")
-
-
-def check_identity(recorded: Submission, run_dir: Path, kept: Path) -> None:
-    """Before anything a submission records runs (even the collection that names its run, which
-    imports the workdir's ``conftest.py``): refuse a run directory of another user, a copy moved
-    away from where its command writes, and a record this account did not seal as it is now
-    (edited, or submitted by someone else)."""
-    if run_dir.stat().st_uid != os.getuid():
-        raise SpecError(
-            f"{run_dir} belongs to another user: --complete runs the command it records; complete your own runs"
+        if dry_run:
+            return [f"# {slurm / f'{name}.sbatch'}", array, f"# {slurm / f'merge-{number}.sbatch'}", merge]
+        run = RunDir(run_dir)
+        run.confined(slurm / "logs" / "-").parent.mkdir(parents=True, exist_ok=True)
+        if episodes is not None:
+            write_text_atomic(run.confined(listed), json.dumps([list(key) for key in episodes]) + "\n")
+        write_text_atomic(run.confined(slurm / f"{name}.sbatch"), array)
+        write_text_atomic(run.confined(slurm / f"merge-{number}.sbatch"), merge)
+        array_job = sbatch(slurm / f"{name}.sbatch")
+        try:
+            merge_job = sbatch(slurm / f"merge-{number}.sbatch", f"--dependency=afterany:{array_job}")
+        except SpecError:  # an array nobody merges or records would run its episodes for nothing
+            subprocess.run(["scancel", array_job], capture_output=True)
+            raise
+        jobs = [*submission.jobs, {"kind": kind, "array_job": array_job, "merge_job": merge_job, "shards": count}]
+        replace(submission, jobs=jobs).write(run)
+        what = (
+            f"{count} shards" if episodes is None else f"{len(episodes)} missing or errored episodes in {count} shards"
         )
-    if not recorded.seal:
-        raise SpecError(
-            f"{kept} was written before submissions were sealed, so --complete cannot trust it: "
-            "submit the run anew with vlaeval slurm (each task runs only what its shard still misses)"
-        )
-    if Path(recorded.run_dir) != run_dir:
-        raise SpecError(f"{kept} records the run at {recorded.run_dir}, not here: complete it where it was submitted")
-    expected = recorded.seal_with(submission_key(create=False))
-    if not hmac.compare_digest(recorded.seal.encode(), expected.encode()):  # bytes: a received seal may be any text
-        raise SpecError(
-            f"{kept} is not as this account submitted it (edited, or submitted by someone else): "
-            "--complete runs the command it records, so it refuses it"
-        )
-
-
-def complete(run_dir: Path, dry_run: bool) -> list[str]:
-    """Submit what the run still misses, with the run's recorded pytest arguments (complete only
-    runs you submitted: they are what the jobs run) and this interpreter, not the recorded one."""
-    kept = RunDir(run_dir).slurm_submissions
-    recorded = Submission.read(kept)
-    check_identity(recorded, run_dir, kept)
-    submission = replace(recorded, python=sys.executable)
-    named = locate_run(submission.pytest_args, Path(submission.workdir), submission.shards).resolve()
-    if named != run_dir:  # the workdir's settings changed since: the jobs would write into another directory
-        raise SpecError(f"the run's command now writes into {named}, not {run_dir}: submit it anew")
-    refuse_while_queued(submission.jobs)
-    if not RunDir(run_dir).fingerprint.exists() and not RunDir(run_dir).logs():
         return [
-            f"no shard of {run_dir} started (no fingerprint.json, no episode log): submitting the whole run",
-            *submit(submission, run_dir, None, dry_run),
+            f"submitted array job {array_job} ({what}) and merge job {merge_job} (after it) for {run_dir}",
+            f"scripts, job ids and Slurm's output: {slurm}",
+            f"after the merge, if episodes are missing: {command_line(['vlaeval', 'slurm', '--complete', str(run_dir)])}",
         ]
-    missing = incomplete_episodes(run_dir)
-    if not missing:
-        return [
-            f"every episode of {run_dir} has a completed record: nothing to submit "
-            f"({command_line(['vlaeval', 'merge', str(run_dir)])} summarises it)"
-        ]
-    return submit(submission, run_dir, missing, dry_run)
+
+    def refuse_while_queued(self, jobs: list[dict[str, Any]]) -> None:
+        """``SpecError`` while Slurm still holds (queues or runs) one of a run's jobs: a new array beside
+        them would run their episodes a second time."""
+        ours = {str(job.get(key)) for job in jobs for key in ("array_job", "merge_job")}
+        queued = sorted(ours & set(slurm_command("squeue", "-h", "-o", "%F %A").split())) if ours else []
+        if queued:
+            raise SpecError(
+                f"this run's jobs {', '.join(queued)} are still queued or running: wait for them, or scancel them"
+            )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -370,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                 raise SpecError(
                     "--complete RUN_DIR submits with the run's own arguments (RUN_DIR/slurm/submissions.json)"
                 )
-            lines = complete(args.complete.resolve(), args.dry_run)
+            lines = complete(args.complete.resolve(), args.dry_run, Slurm())
         else:
             lines = _first(args, pytest_args)
     except (SpecError, ResultsUnwritable) as exc:
@@ -413,8 +237,8 @@ def _first(args: argparse.Namespace, pytest_args: list[str]) -> list[str]:
     )
     kept = RunDir(run_dir).slurm_submissions
     if args.dry_run:
-        return submit(submission, run_dir, None, dry_run=True)
+        return Slurm().submit(submission, run_dir, None, dry_run=True)
     jobs = Submission.read(kept).jobs if kept.exists() else []  # a later submission of the run: counted on
-    refuse_while_queued(jobs)
+    Slurm().refuse_while_queued(jobs)
     sealed = replace(submission, seal=submission.seal_with(submission_key(create=True)), jobs=jobs)
-    return submit(sealed, run_dir, None, dry_run=False)
+    return Slurm().submit(sealed, run_dir, None, dry_run=False)

@@ -105,7 +105,7 @@ class EnvSettings:
     ``--vla-reference-order``; the file's ``reset_options`` when it does not say."""
     vector_backends: tuple[str, ...] = ()
     """Render backends on which the factory, given ``num_envs=K``, returns one simulator stepping K
-    episodes at once (``episodes.lockstep.RowEnvs``; MIKASA: ``gpu``). Elsewhere a lockstep block is K
+    episodes at once (``episodes.lockstep.RowEnvs``; MIKASA: ``gpu``). Elsewhere a lockstep group is K
     separate envs."""
     interpreter: str | None = None
     """The name of the interpreter of its own the benchmark's workers run in (``install.interpreters``:

@@ -32,7 +32,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.schema import Summary, TaskResult
+from pytest_vlaeval.schema import RunSummary, TaskResult
 
 IDENTIFIER = r"^[A-Za-z][A-Za-z0-9_]*$"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
@@ -54,7 +54,7 @@ TASK_FILE = "<ENV_ID>.json"
 SUMMARY_FILE = "summary.json"
 FIXED_KEYS = {
     TASK_FILE: frozenset(TaskResult.__required_keys__ | TaskResult.__optional_keys__),
-    SUMMARY_FILE: frozenset(Summary.__required_keys__ | Summary.__optional_keys__),
+    SUMMARY_FILE: frozenset(RunSummary.__required_keys__ | RunSummary.__optional_keys__),
 }
 """The keys each canonical file has whatever the benchmark (the split's are among them), which no
 key the benchmark file names may take."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Lockstep blocks against lone episodes (a measurement, not a test); prints one table.
+"""Lockstep groups against lone episodes (a measurement, not a test); prints one table.
 
 Push-T (milliseconds a step) and a torch policy whose batched forward costs about as much as one
 sample's, as small networks in eager PyTorch do (their cost is per layer, not per sample): episodes
@@ -10,7 +10,7 @@ the script exits 1.
 
     python scripts/bench_lockstep.py [--episodes 16] [--lockstep 1,4,8] [--layers 96] [--smoke]
 
-A block's K envs step one after the other in one process, so the gain is bounded by the env's
+A group's K envs step one after the other in one process, so the gain is bounded by the env's
 share of a step: (env + forward) / (env + batched forward / K).
 """
 

@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 
+from pytest_vlaeval.episodes.lone import LoneEpisodes
+from pytest_vlaeval.episodes.worker import Worker
+from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.results.record import EpisodeRecord
+from pytest_vlaeval.spec import Selection
 
 TESTS = Path(__file__).parent
 """The suite's root folder: the fake benchmark and the shared test modules live here."""
@@ -28,6 +32,11 @@ ROOT = TESTS.parent
 def run_dir(pytester: pytest.Pytester) -> Path:
     (directory,) = [p for p in (pytester.path / "results").iterdir() if p.is_dir()]
     return directory
+
+
+def lone_runner(selection: Selection, policy: str, video: tuple[str, Path] = ("none", Path("videos"))) -> LoneEpisodes:
+    """Episodes run alone in this process, as a worker runs them by default."""
+    return LoneEpisodes(Worker(selection, parse_policy(policy), "auto"), video=video)
 
 
 def read_json(path: Path) -> dict:

@@ -125,7 +125,7 @@ LAYERS = (
     ("report",),
     ("controller",),
     ("install",),
-    ("configure", "api", "merge", "slurm"),
+    ("configure", "api", "merge", "arrays", "slurm"),
     ("plugin", "cli", "__main__", ""),
 )
 """The package's floors, bottom first, by top-level module or folder (``""``: the package's
@@ -141,13 +141,13 @@ UPWARD_ALLOWED = {
 PYTEST_USERS = {
     "plugin",
     "configure",
-    "slurm",
+    "arrays",
     "controller",
     "distribute",
     "episodes.collect",
     "serving.server.launcher",
 }
-"""Where pytest plugins live (and `slurm`, which reads a run from a collect-only session): only these import pytest; the gate, results, envs, reports and the
+"""Where pytest plugins live (and `arrays`, which reads a run from a collect-only session): only these import pytest; the gate, results, envs, reports and the
 serving stack run without it (``evaluate()`` and ``vlaeval`` commands import them too)."""
 
 

@@ -270,7 +270,7 @@ def test_blocks_rows_count_each_block_once_and_compare_with_k1(gpu_bench) -> Non
 
 @pytest.mark.long
 def test_bench_lockstep_smoke_gives_identical_records_in_every_row() -> None:
-    """Push-T in lockstep blocks and through a served policy: every row's records are K=1's."""
+    """Push-T in lockstep groups and through a served policy: every row's records are K=1's."""
     proc = run_script("bench_lockstep.py", "--smoke", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| -") or line.startswith("| --")]

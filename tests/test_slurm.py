@@ -21,8 +21,8 @@ import pytest
 from helpers import episode_records, read_json
 from slurm_cluster import one_node_cluster, wait_for_jobs
 
+from pytest_vlaeval.arrays import Submission, submission_key
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.slurm import Submission, submission_key
 
 pytestmark = pytest.mark.slurm
 

@@ -24,7 +24,7 @@ from pytest_vlaeval.controller.progress import Progress, live_wanted
 from pytest_vlaeval.controller.run_writer import RunWriter
 from pytest_vlaeval.controller.terminal import completion_command, render_summary
 from pytest_vlaeval.controller.watch import EpisodeWatch, holder
-from pytest_vlaeval.distribute.backends import backend_of, keep_cut_off_workers_down
+from pytest_vlaeval.distribute.backends import WorkerBackends, keep_cut_off_workers_down
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
@@ -50,11 +50,14 @@ class ResultsController:
         store: RunStore,
         latest: LatestRecords,
         gate: FixedGate | SequentialGate | None = None,
+        workers: WorkerBackends | None = None,
     ) -> None:
         self.run = run
+        self.workers = workers
+        """Where the session's workers start, and how a frozen one is ended (none: a session without xdist)."""
         self.store = store
         self.latest = latest
-        self.ledger = Ledger(latest, run.retries)
+        self.ledger = Ledger(latest, run.execution.retries)
         self.intake = Intake(store)
         self._vetted: dict[str, list[EpisodeRecord]] = {}
         """Each report's records as ``pytest_runtest_logreport_vet`` checked them, until the report is logged."""
@@ -84,7 +87,7 @@ class ResultsController:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         """Hand every worker the same episode list, chosen once here."""
-        node.workerinput[WORKER_PLAN] = sorted(self.run.episodes)
+        node.workerinput[WORKER_PLAN] = sorted(self.run.subset.episodes)
 
     # -- who holds what --------------------------------------------------------------------
 
@@ -92,8 +95,8 @@ class ResultsController:
     def pytest_testnodeready(self, node: Any) -> None:
         """Note the worker's process, for the watch to end it if it freezes (xdist has the
         worker's process info at hand: it is asked for once when the worker is set up)."""
-        if self.watch is not None:
-            ender = backend_of(node.gateway.spec).ender(node.gateway, self.watch.cut_off)
+        if self.watch is not None and self.workers is not None:
+            ender = self.workers.backend_of(node.gateway.spec).end(node.gateway, self.watch.cut_off)
             self.watch.worker_ready(node.gateway.id, ender)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -120,7 +123,7 @@ class ResultsController:
             message = f"worker {worker_id} stopped answering: {ended}"
         else:
             message = f"worker {worker_id} crashed while running this episode"
-            if self.run.timeout:
+            if self.run.execution.timeout:
                 message += f" (or was ended for being stuck past {HARD_FACTOR:g}x --vla-timeout)"
         self._accept(self._error(crashitem, WorkerCrash(message), worker))
         if self.ledger.retry_crash(crashitem):
@@ -213,7 +216,10 @@ class ResultsController:
         dsession = session.config.pluginmanager.get_plugin("dsession")
         if dsession is not None:  # workers to watch
             self.watch = EpisodeWatch(
-                self.run.timeout, 1 + self.run.retries, self.progress.notice, self.progress.show_stalled
+                self.run.execution.timeout,
+                1 + self.run.execution.retries,
+                self.progress.notice,
+                self.progress.show_stalled,
             )
             keep_cut_off_workers_down(dsession, self.watch.cut_off)
             self.watch.start()

@@ -97,7 +97,7 @@ class RunWriter:
     @property
     def _writes(self) -> bool:
         """Not while this session's records are held back, nor in a shard of an array (its merge writes)."""
-        return not self.intake.held and not self.run.merged_later
+        return not self.intake.held and not self.run.subset.merged_later
 
     @property
     def unwritten(self) -> list[str]:

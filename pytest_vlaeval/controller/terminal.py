@@ -20,7 +20,7 @@ from pytest_vlaeval.report.axes import group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.subset import unfinished_shards
 from pytest_vlaeval.run_context import RunContext
-from pytest_vlaeval.schema import Summary, TaskResult
+from pytest_vlaeval.schema import RunSummary, TaskResult
 
 NARROWING = (
     "--lf",
@@ -42,7 +42,7 @@ SEQUENTIAL_WITH_VALUE = ("--vla-min-sr", "--vla-block", "--vla-undecided-exit")
 
 def render_summary(
     terminalreporter: Any,
-    summary: Summary,
+    summary: RunSummary,
     per_task: list[TaskResult],
     run: RunContext,
     verdict: Verdict | None,
@@ -73,7 +73,7 @@ def render_summary(
             f"complete the canonical run with: {verdict.resume_command}",
             bold=True,
         )
-    elif summary["partial"] and not run.merged_later:
+    elif summary["partial"] and not run.subset.merged_later:
         tr.write_line(
             "partial run: SRs cover completed episodes only (see n_missing / errored_episodes in summary.json)",
             yellow=True,
@@ -85,7 +85,7 @@ def render_summary(
     failed = sum(len(result["successes"]) - sum(result["successes"]) for result in per_task)
     if failed:
         tr.write_line(failed_episodes_pointer(failed, run.dir.report_html, tr.hasopt("f")))
-    if run.merged_later:
+    if run.subset.merged_later:
         tr.write_line(
             "this shard wrote its episode log only: the run's files are written by: "
             + command_line(["vlaeval", "merge", str(run.run_dir)])
@@ -110,7 +110,7 @@ def failed_episodes_pointer(failed: int, page: Path, listed: bool) -> str:
     return f"{failed} {episodes} failed (policy failures, counted above): {', '.join(where)}"
 
 
-def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
+def _tables(tr: Any, summary: RunSummary, per_task: list[TaskResult]) -> str:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -158,9 +158,9 @@ def _tables(tr: Any, summary: Summary, per_task: list[TaskResult]) -> str:
 def completion_advice(args: tuple[str, ...], run: RunContext, per_task: list[TaskResult]) -> list[str]:
     """How to complete a partial run. A shard whose own episodes are all completed points at the
     shards still to run and the merge instead: rerunning it would select nothing."""
-    if run.shard is None:
+    if run.subset.shard is None:
         return [f"complete it with: {completion_command(args)}"]
-    index, count = run.shard
+    index, count = run.subset.shard
     completed = {(result["env_id"], seed) for result in per_task for seed in result["episode_seeds"]}
     pending = unfinished_shards(run.selection, count, completed)
     if index in pending:

@@ -13,10 +13,11 @@ item i only once it holds item i+1 or a shutdown), so taking a tail needs no ste
 the worker holding the task, and cannot be refused because the worker ran those episodes
 meanwhile.
 
-The sequential gate's block order refines this scheduler (``blocks``), as xdist's ``loadfile``
-refines ``loadscope``. Under ``--vla-lockstep=K`` the unit sent is a lockstep block (K consecutive
-episodes of a task, ``nodeid.lockstep_blocks``): a worker gets a block whole, a tail is taken in
-whole blocks, and a crashed worker's blocks go back whole, so one block is one batched run.
+Variants refine this scheduler as xdist's ``loadfile`` refines ``loadscope``, one a file: the
+sequential gate's block order (``seed_blocks``), and whole tasks on one worker (``whole_tasks``).
+Under ``--vla-lockstep=K`` the unit sent is a lockstep group (K consecutive episodes of a task,
+``nodeid.lockstep_groups``): a worker gets a group whole, a tail is taken in whole groups, and a
+crashed worker's groups go back whole, so one group is one batched run.
 """
 
 from __future__ import annotations
@@ -33,16 +34,20 @@ from xdist.remote import Producer
 from xdist.report import report_collection_diff
 from xdist.workermanage import WorkerController, parse_tx_spec_config
 
-from pytest_vlaeval.episodes.nodeid import lockstep_blocks, task_nodeid, task_of
+from pytest_vlaeval.episodes.nodeid import lockstep_groups, task_nodeid, task_of
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.spec import Selection
 
 
 class SchedulingVariant(Protocol):
-    """A refinement of affinity scheduling (``blocks``): builds the scheduler xdist gets."""
+    """A refinement of affinity scheduling: builds the scheduler xdist gets."""
+
+    needs: str
+    """What it does, as the line refusing another ``--dist`` mode says it (``--vla-sequential
+    orders seeds in blocks``)."""
 
     def scheduling(
-        self, config: pytest.Config, log: Producer, steps: Mapping[str, float], lockstep: int
+        self, config: pytest.Config, log: Producer, steps: Mapping[str, float], group_size: int
     ) -> AffinityScheduling: ...
 
 
@@ -60,7 +65,7 @@ class TaskQueue:
     task: str
     indices: deque[int]
     block: int = 0
-    """The sequential gate's block of seeds (always 0 without it, ``blocks``)."""
+    """The sequential gate's block of seeds (always 0 without it, ``seed_blocks``)."""
 
 
 class BuildCost:
@@ -104,8 +109,7 @@ class AffinityScheduling:
         config: pytest.Config,
         log: Producer | None = None,
         steps: Mapping[str, float] | None = None,
-        lockstep: int = 1,
-        whole_tasks: bool = False,
+        group_size: int = 1,
     ) -> None:
         self.numnodes = len(parse_tx_spec_config(config))
         self.steps = steps or {}
@@ -125,11 +129,10 @@ class AffinityScheduling:
         self.started: set[WorkerController] = set()
         """Workers that have finished an episode."""
         self.cost = BuildCost()
-        self.lockstep = lockstep
-        self.whole_tasks = whole_tasks
-        """A task's episodes stay on the worker that started them (``--vla-reference-order``): no tails taken."""
-        self.block_of: dict[int, int] = {}
-        """Episode index -> the first index of its lockstep block (each episode its own without lockstep)."""
+        self.group_size = group_size
+        """Episodes run together (``--vla-lockstep``), sent and taken whole."""
+        self.group_of: dict[int, int] = {}
+        """Episode index -> the first index of its lockstep group (each episode its own without lockstep)."""
 
     @property
     def nodes(self) -> list[WorkerController]:
@@ -175,8 +178,8 @@ class AffinityScheduling:
                 by_task.setdefault((task_of(nodeid), self._block(nodeid)), deque()).append(index)
             queues = [TaskQueue(task, indices, block) for (task, block), indices in by_task.items()]
             keys = [(task_of(nodeid), self._block(nodeid)) for nodeid in self.collection]
-            for members in lockstep_blocks(keys, self.lockstep):
-                self.block_of.update(dict.fromkeys(members, members[0]))
+            for members in lockstep_groups(keys, self.group_size):
+                self.group_of.update(dict.fromkeys(members, members[0]))
             self.pool = sorted(queues, key=lambda q: (q.block, -self.steps.get(q.task, 1) * len(q.indices)))
         self._feed()
 
@@ -247,20 +250,20 @@ class AffinityScheduling:
                 node.send_runtest_some(batch)
 
     def _pop(self, queue: TaskQueue, count: int) -> list[int]:
-        """At least ``count`` episodes from the queue's head (fewer if it holds fewer), in whole lockstep blocks."""
+        """At least ``count`` episodes from the queue's head (fewer if it holds fewer), in whole lockstep groups."""
         batch: list[int] = []
         while queue.indices and len(batch) < count:
-            block = self.block_of.get(queue.indices[0], queue.indices[0])
-            while queue.indices and self.block_of.get(queue.indices[0], queue.indices[0]) == block:
+            group = self.group_of.get(queue.indices[0], queue.indices[0])
+            while queue.indices and self.group_of.get(queue.indices[0], queue.indices[0]) == group:
                 batch.append(queue.indices.popleft())
         return batch
 
     def _pop_tail(self, queue: TaskQueue, count: int) -> list[int]:
-        """At most ``count`` episodes from the queue's tail, in whole lockstep blocks, in queue order."""
+        """At most ``count`` episodes from the queue's tail, in whole lockstep groups, in queue order."""
         tail: list[int] = []
         while queue.indices:
-            block = self.block_of.get(queue.indices[-1], queue.indices[-1])
-            size = sum(1 for i in queue.indices if self.block_of.get(i, i) == block)
+            group = self.group_of.get(queue.indices[-1], queue.indices[-1])
+            size = sum(1 for i in queue.indices if self.group_of.get(i, i) == group)
             if len(tail) + size > count:
                 break
             tail += [queue.indices.pop() for _ in range(size)]
@@ -289,8 +292,6 @@ class AffinityScheduling:
 
     def _take_tail(self, thief: WorkerController) -> TaskQueue | None:
         """Split off the tail of the queue that, taken over by ``thief``, saves the most time."""
-        if self.whole_tasks:
-            return None
         best: tuple[int, WorkerController, TaskQueue] | None = None
         for victim, queue in self.node2queue.items():
             if victim is thief or not queue.indices:
@@ -352,26 +353,28 @@ class AffinityScheduling:
         return same
 
 
-class AffinityPlugin:
-    """Controller plugin handing xdist the affinity scheduler."""
+class Affinity:
+    """The plain variant: affinity scheduling as it is."""
 
-    def __init__(
-        self,
-        steps: Mapping[str, float],
-        blocks: SchedulingVariant | None = None,
-        lockstep: int = 1,
-        whole_tasks: bool = False,
-    ) -> None:
+    needs = "task-affinity scheduling"
+
+    def scheduling(
+        self, config: pytest.Config, log: Producer, steps: Mapping[str, float], group_size: int
+    ) -> AffinityScheduling:
+        return AffinityScheduling(config, log, steps, group_size)
+
+
+class AffinityPlugin:
+    """Controller plugin handing xdist the affinity scheduler, as its variant builds it."""
+
+    def __init__(self, steps: Mapping[str, float], variant: SchedulingVariant, group_size: int = 1) -> None:
         self.steps = steps
-        self.blocks = blocks
-        self.lockstep = lockstep
-        self.whole_tasks = whole_tasks
+        self.variant = variant
+        self.group_size = group_size
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Producer) -> AffinityScheduling:
-        if self.blocks:
-            return self.blocks.scheduling(config, log, self.steps, self.lockstep)
-        return AffinityScheduling(config, log, self.steps, self.lockstep, self.whole_tasks)
+        return self.variant.scheduling(config, log, self.steps, self.group_size)
 
 
 def explicit_dist(config: pytest.Config) -> str | None:
@@ -397,28 +400,18 @@ def uses_affinity(config: pytest.Config) -> bool:
 
 
 def install(
-    config: pytest.Config,
-    selection: Selection,
-    blocks: SchedulingVariant | None = None,
-    lockstep: int = 1,
-    *,
-    whole_tasks: bool = False,
+    config: pytest.Config, selection: Selection, variant: SchedulingVariant | None = None, group_size: int = 1
 ) -> None:
-    """Register the affinity scheduler on the controller when this session uses it."""
+    """Register the affinity scheduler (refined by ``variant``) on the controller when this session
+    uses it; a variant or a lockstep group that needs it refuses any other ``--dist`` mode."""
     distributed = config.pluginmanager.has_plugin("xdist") and (
         config.getoption("numprocesses", None) or config.getoption("tx", None)
     )
-    if blocks and distributed and not uses_affinity(config):
-        raise SpecError("--vla-sequential orders seeds in blocks with the affinity scheduler: drop --dist/--vla-dist")
-    if whole_tasks and distributed and not uses_affinity(config):
-        raise SpecError(
-            "--vla-reference-order keeps each task on one worker with the affinity scheduler: drop --dist/--vla-dist"
-        )
-    if lockstep > 1 and distributed and not uses_affinity(config):
-        raise SpecError(
-            f"--vla-lockstep={lockstep} sends each block of episodes to one worker with the affinity scheduler: "
-            "drop --dist/--vla-dist"
-        )
+    needs = [variant.needs] if variant else []
+    if group_size > 1:
+        needs.append(f"--vla-lockstep={group_size} sends each group of episodes to one worker")
+    if needs and distributed and not uses_affinity(config):
+        raise SpecError(f"{needs[0]} with the affinity scheduler: drop --dist/--vla-dist")
     if uses_affinity(config) and config.pluginmanager.has_plugin("xdist"):
         if config.getoption("tx") and config.option.dist == "no":
             # Gateways alone (--tx, no -n) start xdist only with a --dist mode; "load" just turns
@@ -427,4 +420,5 @@ def install(
         steps = {
             task_nodeid(selection.benchmark.name, task.split, task.env_id): task.max_steps for task in selection.tasks
         }
-        config.pluginmanager.register(AffinityPlugin(steps, blocks, lockstep, whole_tasks), "vlaeval-scheduler")
+        plugin = AffinityPlugin(steps, variant or Affinity(), group_size)
+        config.pluginmanager.register(plugin, "vlaeval-scheduler")

@@ -28,11 +28,12 @@ class SequentialBlocks:
     """Node id -> block of seeds."""
     settled: Callable[[], bool]
     """True once no episode can add to the gate's verdict (settled, or its last look taken): send nothing more."""
+    needs: str = "--vla-sequential orders seeds in blocks"
 
     def scheduling(
-        self, config: pytest.Config, log: Producer, steps: Mapping[str, float], lockstep: int = 1
+        self, config: pytest.Config, log: Producer, steps: Mapping[str, float], group_size: int = 1
     ) -> BlockScheduling:
-        return BlockScheduling(config, log, steps, self, lockstep)
+        return BlockScheduling(config, log, steps, self, group_size)
 
 
 class BlockScheduling(AffinityScheduling):
@@ -44,9 +45,9 @@ class BlockScheduling(AffinityScheduling):
         log: Producer | None,
         steps: Mapping[str, float],
         blocks: SequentialBlocks,
-        lockstep: int = 1,
+        group_size: int = 1,
     ) -> None:
-        super().__init__(config, log, steps, lockstep)
+        super().__init__(config, log, steps, group_size)
         self.blocks = blocks
 
     def _block(self, nodeid: str) -> int:
@@ -91,7 +92,7 @@ class BlockScheduling(AffinityScheduling):
         return min(unsent + running, default=None)
 
     def _lookahead(self, node: WorkerController, pending: list[int]) -> TaskQueue | None:
-        """One episode (one lockstep block) of the next block for a worker holding only its last
+        """One episode (one lockstep group) of the next block for a worker holding only its last
         episode of the current block: xdist starts an episode once the worker holds the next one
         (or a shutdown)."""
         assert self.collection is not None

@@ -3,7 +3,7 @@
 A benchmark is a YAML file naming a factory (``env.factory: module:make_env``) plus the module
 that holds it. The factory gets the task, the benchmark and the ``--vla-render`` request and
 returns an ``EnvAdapter``: plain-Python step results whatever the simulator speaks (torch tensors,
-batched arrays, old gym 4-tuples), so the episode loop, lockstep blocks and videos never see a
+batched arrays, old gym 4-tuples), so the episode loop, lockstep groups and videos never see a
 simulator. ``Adapter`` gives the optional parts their defaults; a benchmark's adapter subclasses
 it or implements the protocol outright.
 

@@ -62,11 +62,11 @@ class MikasaEnv(Adapter):
 
 class MikasaRows:
     """Up to ``num_envs`` seeds of a task in one ManiSkill GPU simulation (``num_envs=K``), as the
-    rows of a lockstep block (``episodes.lockstep.RowEnvs``).
+    rows of a lockstep group (``episodes.lockstep.RowEnvs``).
 
-    Reset gives one seed per row, as ManiSkill seeds a vector env (``reset(seed=[...])``); a block
+    Reset gives one seed per row, as ManiSkill seeds a vector env (``reset(seed=[...])``); a group
     shorter than K fills its unused rows with its last seed, steps them with zero actions and
-    drops them, so every block runs in a simulator of the same size. Each row's observation keeps
+    drops them, so every group runs in a simulator of the same size. Each row's observation keeps
     the lone env's leading axis of 1, so a policy sees the shapes it sees alone.
     """
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_vlaeval.episodes.nodeid import lockstep_blocks, split_nodeid
+from pytest_vlaeval.episodes.nodeid import lockstep_groups, split_nodeid
 from pytest_vlaeval.episodes.runner import EpisodeRunner
-from pytest_vlaeval.errors import EpisodeError, EpisodeFailed
+from pytest_vlaeval.errors import EpisodeError, EpisodeFailed, SpecError
 from pytest_vlaeval.results.record import ERROR, EpisodeRecord
 from pytest_vlaeval.spec import Selection, Task
 
@@ -34,9 +34,9 @@ class EpisodeItem(pytest.Item):
     ``TaskNode``."""
 
     parent: TaskNode
-    block: tuple[tuple[int, int], ...] | None = None
+    group: tuple[tuple[int, int], ...] | None = None
     """``(seed, index)`` of the episodes run in lockstep with this one, itself included; set (one
-    tuple shared by the block) only under ``--vla-lockstep``."""
+    tuple shared by the group) only under ``--vla-lockstep``."""
 
     def __init__(self, *, seed: int, index: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -62,19 +62,19 @@ class EpisodeItem(pytest.Item):
         return self.attempts[-1] if self.attempts else None
 
     def setup(self) -> None:
-        """Run the episode (with its lockstep block); an error is retried, alone, up to
+        """Run the episode (with its lockstep group); an error is retried, alone, up to
         ``--vla-retries`` times."""
         for attempt in range(1 + self.retries):
             if attempt == 0:
-                record = self.runner.record(self.task, self.seed, self.block or ((self.seed, self.index),))
+                record = self.runner.record(self.task, self.seed, self.group or ((self.seed, self.index),))
             else:
-                record = self.runner.run(self.task, self.seed, self.index)
+                record = self.runner.retry(self.task, self.seed, self.index)
             self.attempts.append(record)
             if record.video:
                 self.user_properties.append(("video", record.video))  # e.g. into junitxml
             if record.outcome != ERROR:
                 return
-            self.runner.close_env()  # a retry starts from a freshly built env
+            self.runner.close()  # a retry starts from a freshly built env
         raise EpisodeError(self.attempts[-1].message)
 
     def runtest(self) -> None:
@@ -184,23 +184,26 @@ class BenchmarkCollection:
         )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Tell each episode its lockstep block (``--vla-lockstep``), as the scheduler groups them;
-        under ``--vla-reference-order``, check that every task runs a sequence from its first seed."""
+        """Check the selection against the execution mode (``--vla-reference-order`` runs whole
+        tasks), and tell each episode its lockstep group (``--vla-lockstep``), as the scheduler
+        groups them."""
         items = [item for item in session.items if isinstance(item, EpisodeItem)]
-        if self.plan.runner.reference_order:
-            _check_sequences(items)
-        size = self.plan.runner.lockstep
+        try:
+            self.plan.runner.check_order([(item.task.env_id, item.index) for item in items])
+        except SpecError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        size = self.plan.runner.group_size
         if size == 1:
             return
         sequential = self.plan.sequential
         keys = [(item.task.env_id, sequential.block_of(item.index) if sequential else 0) for item in items]
-        for positions in lockstep_blocks(keys, size):
-            block = tuple((items[p].seed, items[p].index) for p in positions)
+        for positions in lockstep_groups(keys, size):
+            group = tuple((items[p].seed, items[p].index) for p in positions)
             for p in positions:
-                items[p].block = block
+                items[p].group = group
 
     def pytest_unconfigure(self) -> None:
-        self.plan.runner.close_env()
+        self.plan.runner.close()
 
 
 SECTION_LIMIT = 20_000
@@ -212,21 +215,6 @@ def bounded(text: str) -> str:
     if len(text) <= SECTION_LIMIT:
         return text
     return f"... ({len(text) - SECTION_LIMIT:,} characters before, in the episode's record)\n{text[-SECTION_LIMIT:]}"
-
-
-def _check_sequences(items: list[EpisodeItem]) -> None:
-    """Each task's selected episodes are its first ones, all of them (``-k`` may have taken some)."""
-    by_task: dict[str, list[int]] = {}
-    for item in items:
-        by_task.setdefault(item.task.env_id, []).append(item.index)
-    for env_id, indices in by_task.items():
-        present = set(indices)
-        first_gap = next(i for i in range(len(present) + 1) if i not in present)
-        if first_gap < len(present):
-            raise pytest.UsageError(
-                f"--vla-reference-order runs each task's seeds in one sequence from its first; {env_id} would "
-                f"start past episode {first_gap} (a -k or -m selection?): select whole tasks"
-            )
 
 
 class EpisodeReports:

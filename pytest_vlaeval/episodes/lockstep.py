@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pytest_vlaeval.envs.adapter import EnvAdapter, ExtraValue, Step, checked_extras
+from pytest_vlaeval.envs.render import resolve_backend
 from pytest_vlaeval.episodes.loop import (
     EpisodeResult,
     added_reward,
@@ -34,6 +35,7 @@ from pytest_vlaeval.episodes.loop import (
 from pytest_vlaeval.errors import EnvError, EpisodeError, EpisodeTimeout, env_call
 from pytest_vlaeval.policy.batched import BatchEpisode, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
+from pytest_vlaeval.spec import EnvSettings
 
 Reset = tuple[dict[str, Any], dict[str, Any]]
 """One row's ``(obs, info)`` after reset."""
@@ -63,13 +65,13 @@ class RowEnvs(Protocol):
 
 
 class SeparateEnvs:
-    """K lone envs of a task as one block, stepped one after the other: a benchmark's own adapter,
+    """K lone envs of a task as one group, stepped one after the other: a benchmark's own adapter,
     unchanged, so each row is exactly the lone episode of its seed."""
 
     def __init__(self, envs: Sequence[EnvAdapter]) -> None:
         self.envs = list(envs)
         self.num_envs = len(self.envs)
-        self.max_episode_steps = self.envs[0].max_episode_steps  # checked where the block runs (``step_limit``)
+        self.max_episode_steps = self.envs[0].max_episode_steps  # checked where the group runs (``step_limit``)
         self.render_backend = self.envs[0].render_backend
 
     def reset(self, seeds: Sequence[int], options: dict[str, Any]) -> list[Reset | EpisodeError]:
@@ -98,7 +100,7 @@ def _row(checked: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return checked(env_call(fn, *args, **kwargs))
     except EpisodeTimeout:
-        raise  # the block's deadline: every row still running ends
+        raise  # the group's deadline: every row still running ends
     except EpisodeError as exc:
         return exc
 
@@ -118,7 +120,13 @@ class _Row:
 Outcome = EpisodeResult | EpisodeError
 
 
-def run_block(
+def vectorized(env: EnvSettings, render_request: str) -> bool:
+    """Whether a lockstep group is one simulator of ``num_envs=K`` (the benchmark's
+    ``vector_backends``) rather than K separate envs, for this render request."""
+    return bool(env.vector_backends) and resolve_backend(render_request) in env.vector_backends
+
+
+def run_group(
     envs: RowEnvs,
     engine: PolicyEngine,
     *,
@@ -165,7 +173,7 @@ def run_block(
                 elif ended:
                     outcomes[row.slot] = _finish(row, envs, engine)
             live = [row for row in live if outcomes[row.slot] is None]
-    except EpisodeError as exc:  # the whole simulator, or the block's deadline: every row still open ends
+    except EpisodeError as exc:  # the whole simulator, or the group's deadline: every row still open ends
         outcomes = [exc if outcome is None else outcome for outcome in outcomes]
     finally:
         for row in opened:
@@ -199,7 +207,7 @@ def _advance(row: _Row, result: Step | EpisodeError | None, max_steps: int) -> b
     if isinstance(result, EpisodeError):
         return result
     if result is None:
-        return EnvError(f"the simulator returned no step for row {row.slot} of the block")
+        return EnvError(f"the simulator returned no step for row {row.slot} of the group")
     row.obs, reward, terminated, truncated, info = result
     row.length += 1
     try:
@@ -225,4 +233,4 @@ def _finish(row: _Row, envs: RowEnvs, engine: PolicyEngine) -> Outcome:
 
 
 def _missing(seed: int) -> EpisodeError:
-    return EpisodeError(f"seed {seed}: the block ended without an outcome for this row")
+    return EpisodeError(f"seed {seed}: the group ended without an outcome for this row")

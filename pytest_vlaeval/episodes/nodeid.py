@@ -34,16 +34,16 @@ def parse_nodeid(nodeid: str) -> tuple[str, int] | None:
     return parts[1], int(parts[2])
 
 
-def lockstep_blocks(keys: Sequence[Hashable], size: int) -> list[list[int]]:
-    """Positions of the session's episodes grouped into lockstep blocks (``--vla-lockstep``):
+def lockstep_groups(keys: Sequence[Hashable], size: int) -> list[list[int]]:
+    """Positions of the session's episodes grouped for lockstep (``--vla-lockstep``):
     consecutive episodes with one key (their task, and block of the sequential gate), ``size`` at
     a time. The controller's scheduler (keys from node ids) and every worker (keys from its items)
-    group the same collection, so they agree on every block."""
-    blocks: list[list[int]] = []
+    group the same collection, so they agree on every group."""
+    groups: list[list[int]] = []
     previous: Hashable = object()
     for position, key in enumerate(keys):
-        if key != previous or len(blocks[-1]) == size:
-            blocks.append([])
-        blocks[-1].append(position)
+        if key != previous or len(groups[-1]) == size:
+            groups.append([])
+        groups[-1].append(position)
         previous = key
-    return blocks
+    return groups

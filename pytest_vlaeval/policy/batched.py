@@ -1,7 +1,7 @@
 """The batched policy contract, and the engine that calls any policy one batch of episodes at a time.
 
-Shared by the policy server (its batches gather requests from many workers) and a worker's block
-of episodes run in lockstep (``episodes.lockstep``). Both call the engine from one thread, so policy
+Shared by the policy server (its batches gather requests from many workers) and a worker's
+lockstep group of episodes (``episodes.lockstep``). Both call the engine from one thread, so policy
 code need not be thread-safe.
 
 A policy that offers ``act_batch(episodes, observations)`` is one instance called once per batch,

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_vlaeval.report.page import interval, pct
-from pytest_vlaeval.schema import Summary
+from pytest_vlaeval.schema import RunSummary
 from pytest_vlaeval.spec import SPLIT_AXIS, Axis
 
 
-def summary_axes(summary: Summary) -> tuple[Axis, ...]:
+def summary_axes(summary: RunSummary) -> tuple[Axis, ...]:
     """The run's axes, the split's first; a summary that lists none (a reference runner's) has
     the split's."""
     entries = summary.get("axes")
@@ -21,14 +21,14 @@ def summary_axes(summary: Summary) -> tuple[Axis, ...]:
     return tuple(Axis(e["field"], e["label"], e["summary"]) for e in entries)
 
 
-def group_rates(axis: Axis, summary: Summary) -> list[tuple[str, float, list[float]]]:
+def group_rates(axis: Axis, summary: RunSummary) -> list[tuple[str, float, list[float]]]:
     """``(group, SR, 95% interval)`` along ``axis`` for every group the run has results for."""
     rates: dict[str, float] = summary.get(axis.summary, {})  # type: ignore[assignment]
     intervals: dict[str, list[float]] = summary.get(axis.intervals, {})  # type: ignore[assignment]
     return [(name, sr, intervals[name]) for name, sr in rates.items()]
 
 
-def benchmark_metrics(summary: Summary) -> list[tuple[str, str]]:
+def benchmark_metrics(summary: RunSummary) -> list[tuple[str, str]]:
     """``(key, value as text)`` of the benchmark's own summary numbers (Push-T: ``pc_success``,
     ``avg_max_reward``), as ``summary.json`` names them."""
     values = [(key, summary.get(key)) for key in summary.get("benchmark_metrics", [])]
@@ -39,7 +39,7 @@ SHOWN_CELLS = 6
 """The most missing cells a grid's note names one by one."""
 
 
-def grid_table(summary: Summary) -> dict[str, Any] | None:
+def grid_table(summary: RunSummary) -> dict[str, Any] | None:
     """The grid as rows of cells for a table: ``{"corner", "columns", "rows": [(row, [SR or
     None, ...])], "total", "total_ci95", "note"}``; None without a grid."""
     grid = summary.get("grid")
@@ -69,7 +69,7 @@ def grid_table(summary: Summary) -> dict[str, Any] | None:
     }
 
 
-def other_numbers(summary: Summary) -> list[str]:
+def other_numbers(summary: RunSummary) -> list[str]:
     """The run's numbers beside the split SR, as text: the SR pooled over episodes, the
     benchmark's own (``pc_success``...) and its grid's total."""
     numbers = [f"SR pooled over episodes {pct(summary.get('sr_pooled'))} {interval(summary.get('sr_pooled_ci95'))}"]

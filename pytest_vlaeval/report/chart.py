@@ -14,7 +14,7 @@ from pytest_vlaeval.printable import terminal_safe
 from pytest_vlaeval.report.axes import group_rates, summary_axes
 from pytest_vlaeval.report.page import pct
 from pytest_vlaeval.results.store import write_bytes_atomic
-from pytest_vlaeval.schema import Summary, TaskResult
+from pytest_vlaeval.schema import RunSummary, TaskResult
 
 NOT_EVALUATED = "not evaluated"
 
@@ -24,7 +24,7 @@ unreadable and the figure costs seconds per thousand rows, so it shows the tasks
 and the lowest SRs, and says so; every task is in ``report.html`` and the canonical JSON."""
 
 
-def write_chart(summary: Summary, per_task: list[TaskResult], path: Path) -> Path | None:
+def write_chart(summary: RunSummary, per_task: list[TaskResult], path: Path) -> Path | None:
     """Draw the run's success rates; None when there is nothing completed to draw or matplotlib
     (the ``chart`` extra) is not installed. Drawn in memory, then written as every file of a run
     is (``write_bytes_atomic``): a link at ``path`` is replaced, never written through."""
@@ -48,7 +48,7 @@ def _text(value: str) -> str:
     return terminal_safe(value).replace("$", r"\$")
 
 
-def draw_chart(summary: Summary, per_task: list[TaskResult]) -> Any:
+def draw_chart(summary: RunSummary, per_task: list[TaskResult]) -> Any:
     """The chart's matplotlib figure; None when no task has a completed episode."""
     if not per_task:
         return None

@@ -36,7 +36,7 @@ from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.readback import convert, read_json
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, timestamp
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.schema import Canonical, Summary, TaskResult
+from pytest_vlaeval.schema import Canonical, RunSummary, TaskResult
 from pytest_vlaeval.spec import MAX_EPISODES, Axis, Extra, Selection, load_benchmark
 
 PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
@@ -118,14 +118,14 @@ class Comparison:
         return tuple(r for r in self.rows if r.kind != TASK)
 
 
-def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
+def load_run(path: Path) -> tuple[RunSummary, list[TaskResult]]:
     """A run directory's canonical files, their types checked (``results.readback``): a run may
     come from elsewhere. ``ComparisonError`` in one line naming the file otherwise."""
     run_dir = RunDir(path)
     if not run_dir.summary.exists():
         raise ComparisonError(f"{path}: not a run directory (no {run_dir.summary.name})")
     try:
-        summary = read_json(run_dir.summary, Summary, "summary")
+        summary = read_json(run_dir.summary, RunSummary, "summary")
         for axis in summary_axes(summary):
             where = f"{run_dir.summary} ({axis.label} groups)"
             convert(summary.get(axis.summary, {}), dict[str, float], where)
@@ -139,7 +139,7 @@ def load_run(path: Path) -> tuple[Summary, list[TaskResult]]:
     return summary, per_task
 
 
-def _check_consistent(run_dir: RunDir, summary: Summary, per_task: list[TaskResult]) -> None:
+def _check_consistent(run_dir: RunDir, summary: RunSummary, per_task: list[TaskResult]) -> None:
     """What the types cannot say: that a run's files agree with one another, as the files this
     package writes always do. A received run's may not (a one-value interval, seeds and successes
     of different lengths, a group without its interval, a task file of another env); the rows are
@@ -286,7 +286,7 @@ def _row(
     kind: RowKind,
     axis: Axis | None,
     name: str,
-    loaded: list[tuple[Summary, list[TaskResult]]],
+    loaded: list[tuple[RunSummary, list[TaskResult]]],
     member: Callable[[TaskResult], bool],
 ) -> Row:
     """The row of the tasks ``member`` picks (a group's along ``axis``): each run's SR, and each
@@ -301,7 +301,7 @@ def _row(
 
 
 def _estimate(
-    kind: RowKind, axis: Axis | None, name: str, summary: Summary, tasks: list[TaskResult]
+    kind: RowKind, axis: Axis | None, name: str, summary: RunSummary, tasks: list[TaskResult]
 ) -> Estimate | None:
     """A row's SR and interval as the run's summary states them (one owner: ``canonical``)."""
     if not tasks:

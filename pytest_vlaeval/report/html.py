@@ -18,14 +18,14 @@ from pytest_vlaeval.report.chart import NOT_EVALUATED
 from pytest_vlaeval.report.page import attribute_name, interval, pct, render
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import write_text_atomic
-from pytest_vlaeval.schema import Summary, TaskResult
+from pytest_vlaeval.schema import RunSummary, TaskResult
 
 OUTCOMES = ("all succeeded", "some failed", "all failed", "errors", NOT_EVALUATED)
 """A task's outcome in the task table's filter."""
 
 
 def write_report(
-    run_dir: RunDir, summary: Summary, per_task: list[TaskResult], policy: str, baseline: Baseline | None = None
+    run_dir: RunDir, summary: RunSummary, per_task: list[TaskResult], policy: str, baseline: Baseline | None = None
 ) -> Path:
     """Write ``report.html`` atomically (a reader never sees half a page)."""
     write_text_atomic(run_dir.report_html, render_report(run_dir, summary, per_task, policy, baseline))
@@ -33,7 +33,7 @@ def write_report(
 
 
 def render_report(
-    run_dir: RunDir, summary: Summary, per_task: list[TaskResult], policy: str, baseline: Baseline | None = None
+    run_dir: RunDir, summary: RunSummary, per_task: list[TaskResult], policy: str, baseline: Baseline | None = None
 ) -> str:
     gate = summary.get("gate")
     return render(
@@ -60,7 +60,7 @@ def render_report(
     )
 
 
-def headline_table(summary: Summary, policy: str) -> str:
+def headline_table(summary: RunSummary, policy: str) -> str:
     """The run's headline as one plain table (for pages with styles of their own)."""
     rows = [
         ("run", f"{summary['benchmark']} {summary['selected_split']} split, policy {policy}"),
@@ -90,7 +90,7 @@ def task_outcome(result: TaskResult) -> str:
     return "all failed" if not any(result["successes"]) else "some failed"
 
 
-def _completeness(summary: Summary) -> str:
+def _completeness(summary: RunSummary) -> str:
     text = (
         f"{summary['n_completed']} of {summary['n_expected']} episodes completed, "
         f"{summary['n_errors']} errors, {summary['n_missing']} missing"
@@ -100,7 +100,7 @@ def _completeness(summary: Summary) -> str:
     return text
 
 
-def _facts(summary: Summary) -> list[tuple[str, str]]:
+def _facts(summary: RunSummary) -> list[tuple[str, str]]:
     """What a paper must report."""
     model = summary["model"]
     return [
@@ -116,7 +116,7 @@ def _facts(summary: Summary) -> list[tuple[str, str]]:
     ]
 
 
-def _tasks(summary: Summary, per_task: list[TaskResult]) -> dict[str, Any]:
+def _tasks(summary: RunSummary, per_task: list[TaskResult]) -> dict[str, Any]:
     """The task table's rows (every task of the selection, those without a result too) and filters."""
     by_id = {r["env_id"]: r for r in per_task}
     group_axes = [
@@ -163,7 +163,7 @@ def _flips(baseline: Baseline | None, per_task: list[TaskResult]) -> dict[str, A
     return {"baseline": str(baseline.directory), "rows": rows}
 
 
-def _episodes(run_dir: RunDir, summary: Summary, per_task: list[TaskResult]) -> list[dict[str, Any]]:
+def _episodes(run_dir: RunDir, summary: RunSummary, per_task: list[TaskResult]) -> list[dict[str, Any]]:
     """Each task's episodes, failures and errors first, with their videos where recorded; for a
     task not evaluated, the errors that kept it from being evaluated."""
     sections = []

@@ -16,7 +16,7 @@ from pytest_vlaeval.gate.verdict import Verdict
 from pytest_vlaeval.printable import terminal_safe
 from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
-from pytest_vlaeval.schema import Summary, TaskResult
+from pytest_vlaeval.schema import RunSummary, TaskResult
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]|~])")
 """What GitHub-flavoured markdown reads as markup inside a line: escapes, code, emphasis,
@@ -32,7 +32,7 @@ def markdown_text(value: object) -> str:
     return "\\" + text if text.startswith("#") else text
 
 
-def markdown_report(summary: Summary, per_task: list[TaskResult], verdict: Verdict | None, policy: str) -> str:
+def markdown_report(summary: RunSummary, per_task: list[TaskResult], verdict: Verdict | None, policy: str) -> str:
     """``report.md``: split, memory-type and per-task SR with 95% intervals, and the gate verdict."""
     lines = [
         f"## {markdown_text(summary['benchmark'])}: {markdown_text(summary['selected_split'])} split, "

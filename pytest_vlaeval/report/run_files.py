@@ -25,7 +25,7 @@ from pytest_vlaeval.report.markdown import markdown_report
 from pytest_vlaeval.results.canonical import write_canonical, write_summary
 from pytest_vlaeval.results.rundir import RunDir, attempt_write
 from pytest_vlaeval.results.store import write_json_atomic, write_text_atomic
-from pytest_vlaeval.schema import Summary, TaskResult
+from pytest_vlaeval.schema import RunSummary, TaskResult
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Written:
 
 def write_run_files(
     run_dir: RunDir,
-    summary: Summary,
+    summary: RunSummary,
     per_task: list[TaskResult],
     *,
     policy: str,

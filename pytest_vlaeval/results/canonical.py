@@ -26,7 +26,7 @@ from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import write_json_atomic
-from pytest_vlaeval.schema import Canonical, GridSummary, Summary, TaskResult
+from pytest_vlaeval.schema import Canonical, GridSummary, RunSummary, TaskResult
 from pytest_vlaeval.spec import Axis, Extra, Grid, Reporting, Selection, Task
 
 CI95_METHODS = {
@@ -192,7 +192,7 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
             }.items(),
         )
     )
-    return cast(Summary, body), per_task
+    return cast(RunSummary, body), per_task
 
 
 def pooled_fields(reporting: Reporting, completed: list[EpisodeRecord], n_successes: int) -> list[tuple[str, Any]]:
@@ -257,13 +257,13 @@ def write_task(run_dir: RunDir, result: TaskResult) -> None:
     write_json_atomic(run_dir.confined(run_dir.task(result["env_id"])), result)
 
 
-def write_canonical(run_dir: RunDir, body: Summary, per_task: list[TaskResult]) -> None:
+def write_canonical(run_dir: RunDir, body: RunSummary, per_task: list[TaskResult]) -> None:
     """``<ENV_ID>.json`` for every task with results, then ``summary.json``."""
     for result in per_task:
         write_task(run_dir, result)
     write_summary(run_dir, body)
 
 
-def write_summary(run_dir: RunDir, body: Summary) -> None:
+def write_summary(run_dir: RunDir, body: RunSummary) -> None:
     """``summary.json``."""
     write_json_atomic(run_dir.summary, body)

@@ -10,7 +10,8 @@ import pytest
 from helpers import episode_records, run_dir
 
 from pytest_vlaeval.distribute.scheduler import AffinityScheduling, uses_affinity
-from pytest_vlaeval.episodes.nodeid import lockstep_blocks, task_of
+from pytest_vlaeval.distribute.whole_tasks import WholeTaskScheduling
+from pytest_vlaeval.episodes.nodeid import lockstep_groups, task_of
 from pytest_vlaeval.errors import SpecError
 
 SHORT = ["--benchmark=fake.yaml:short"]
@@ -56,7 +57,7 @@ def started(
     lockstep: int = 1,
 ) -> tuple[AffinityScheduling, list]:
     config = pytester.parseconfig(f"--tx={workers}*popen")
-    sched = AffinityScheduling(config, steps=steps, lockstep=lockstep)
+    sched = AffinityScheduling(config, steps=steps, group_size=lockstep)
     nodes = [MockNode(i) for i in range(workers)]
     for node in nodes:
         sched.add_node(node)
@@ -337,22 +338,22 @@ def test_sequential_blocks_keep_order_and_affinity_and_stop_when_settled(pyteste
     assert sched.tests_finished and not sched.has_pending
 
 
-def sent_whole(nodes: list[MockNode], blocks: list[list[int]]) -> bool:
-    """Every lockstep block went to one worker, in one piece and in order."""
-    for block in blocks:
-        holders = [node for node in nodes if block[0] in node.sent]
+def sent_whole(nodes: list[MockNode], groups: list[list[int]]) -> bool:
+    """Every lockstep group went to one worker, in one piece and in order."""
+    for group in groups:
+        holders = [node for node in nodes if group[0] in node.sent]
         if len(holders) != 1:
             return False
         sent = holders[0].sent
-        start = sent.index(block[0])
-        if sent[start : start + len(block)] != block:
+        start = sent.index(group[0])
+        if sent[start : start + len(group)] != group:
             return False
     return True
 
 
-def test_lockstep_blocks_are_sent_whole(pytester: pytest.Pytester) -> None:
-    """K=3: A's 7 episodes are blocks [0-2], [3-5], [6]; a worker gets a block whole and the next
-    once it holds only the block's last episode (the one it starts only when it holds another)."""
+def test_lockstep_groups_are_sent_whole(pytester: pytest.Pytester) -> None:
+    """K=3: A's 7 episodes are groups [0-2], [3-5], [6]; a worker gets a group whole and the next
+    once it holds only the group's last episode (the one it starts only when it holds another)."""
     sched, (node1, node2) = started(pytester, episodes(A=7, B=4), 2, lockstep=3)
     assert node1.sent == [0, 1, 2] and node2.sent == [7, 8, 9]
     sched.mark_test_complete(node1, 0, 3.0)
@@ -363,8 +364,8 @@ def test_lockstep_blocks_are_sent_whole(pytester: pytest.Pytester) -> None:
     assert node1.sent == [0, 1, 2, 3, 4, 5]
 
 
-def test_lockstep_tails_are_taken_in_whole_blocks(pytester: pytest.Pytester) -> None:
-    """With K=2 the third worker's tail of A (worth 5 episodes) is rounded down to two whole blocks."""
+def test_lockstep_tails_are_taken_in_whole_groups(pytester: pytest.Pytester) -> None:
+    """With K=2 the third worker's tail of A (worth 5 episodes) is rounded down to two whole groups."""
     sched, (node1, node2, node3) = started(pytester, episodes(A=12, B=2), 3, lockstep=2)
     assert node1.sent == [0, 1] and node2.sent == [12, 13]
     assert node3.sent == [8, 9]
@@ -373,16 +374,16 @@ def test_lockstep_tails_are_taken_in_whole_blocks(pytester: pytest.Pytester) -> 
 
 
 @pytest.mark.parametrize("lockstep", [2, 3, 5])
-def test_every_lockstep_block_runs_on_one_worker(pytester: pytest.Pytester, lockstep: int) -> None:
+def test_every_lockstep_group_runs_on_one_worker(pytester: pytest.Pytester, lockstep: int) -> None:
     collection = episodes(A=11, B=7, C=3, D=9)
     sched, nodes = started(pytester, collection, 3, lockstep=lockstep)
     simulate(sched, nodes, build=4.0, episode=1.0)
-    blocks = lockstep_blocks([task_of(nodeid) for nodeid in collection], lockstep)
-    assert all(len(block) <= lockstep for block in blocks)
-    assert sent_whole(nodes, blocks)
+    groups = lockstep_groups([task_of(nodeid) for nodeid in collection], lockstep)
+    assert all(len(group) <= lockstep for group in groups)
+    assert sent_whole(nodes, groups)
 
 
-def test_a_crashed_workers_lockstep_blocks_go_back_whole(pytester: pytest.Pytester) -> None:
+def test_a_crashed_workers_lockstep_groups_go_back_whole(pytester: pytest.Pytester) -> None:
     sched, (node1, node2) = started(pytester, episodes(A=6, B=6), 2, lockstep=3)
     assert node1.sent == [0, 1, 2]
     crashed = sched.remove_node(node1)
@@ -392,13 +393,13 @@ def test_a_crashed_workers_lockstep_blocks_go_back_whole(pytester: pytest.Pytest
     assert node2.sent[3:6] == [9, 10, 11], "its own task first"
     for index in (8, 9, 10):
         sched.mark_test_complete(node2, index, 0.0)
-    assert node2.sent[6:] == [1, 2], "then A's returned block, whole (its first episode was the crash)"
+    assert node2.sent[6:] == [1, 2], "then A's returned group, whole (its first episode was the crash)"
 
 
 def test_whole_tasks_are_never_split(pytester: pytest.Pytester) -> None:
     """Under the reference order an idle worker waits rather than take another worker's tail."""
     config = pytester.parseconfig("--tx=3*popen")
-    sched = AffinityScheduling(config, whole_tasks=True)
+    sched = WholeTaskScheduling(config)
     nodes = [MockNode(i) for i in range(3)]
     for node in nodes:
         sched.add_node(node)

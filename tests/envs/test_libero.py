@@ -17,12 +17,19 @@ from pathlib import Path
 
 import pytest
 from episode_digest import read_digests
-from helpers import REVERSED_ORDER, ROOT, capped_benchmark, digesting_session, episode_records, read_json, together
+from helpers import (
+    REVERSED_ORDER,
+    ROOT,
+    capped_benchmark,
+    digesting_session,
+    episode_records,
+    lone_runner,
+    read_json,
+    together,
+)
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
-from pytest_vlaeval.episodes.runner import EpisodeRunner
-from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 pytestmark = pytest.mark.libero
@@ -39,7 +46,7 @@ POLICY = "libero_reference:Deterministic"
 def runs(tmp_path_factory: pytest.TempPathFactory, short_benchmark: Path) -> list:
     """Episodes 0, 1, 2 of TASKS[0] as the harnesses run them (fresh env, seed 7 once, in order), in
     this process while real sessions run in their own, all at the same time: under -n 2, both
-    tasks' episodes 0 and 1; episode 2 alone; episodes 0-2 in one lockstep block, in reverse order.
+    tasks' episodes 0 and 1; episode 2 alone; episodes 0-2 in one lockstep group, in reverse order.
     Each session: its process, its run's folder and its digests."""
     libero.set_gl_backend("auto")
     from libero_reference import reference_episodes
@@ -173,7 +180,7 @@ def test_episode_alone_on_a_fresh_worker_replays_and_matches(runs: list, referen
 
 
 @pytest.mark.long
-def test_a_lockstep_block_starts_each_episode_from_its_own_initial_state(runs: list, reference: list[dict]) -> None:
+def test_a_lockstep_group_starts_each_episode_from_its_own_initial_state(runs: list, reference: list[dict]) -> None:
     """Episodes 0-2 stepped together on one worker, in reverse order, are the reference's: a row's
     initial state is its seed's, never where another row of the block left the simulator (LeRobot's
     vector envs autoreset, so with batch_size > 1 its initial states shift with who ended when)."""
@@ -186,15 +193,11 @@ def test_a_lockstep_block_starts_each_episode_from_its_own_initial_state(runs: l
 
 def test_an_action_of_the_wrong_shape_is_an_episode_error_naming_it() -> None:
     benchmark, _ = resolve_benchmark("libero:spatial")
-    runner = EpisodeRunner(
-        select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1),
-        parse_policy("libero_reference:WrongShape"),
-        "auto",
-    )
+    runner = lone_runner(select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), "libero_reference:WrongShape")
     try:
         record = runner.run(benchmark.task(TASKS[1]), 0, 0)
     finally:
-        runner.close_env()
+        runner.close()
     assert record.outcome == "error" and record.error_kind == "policy"
     assert "shape (6,)" in record.message and "(7,)" in record.message
 
@@ -230,12 +233,11 @@ def test_video_of_a_libero_episode(tmp_path: Path) -> None:
 
     benchmark, _ = resolve_benchmark("libero:spatial")
     task = dataclasses.replace(benchmark.task(TASKS[1]), max_steps=STEPS)
-    runner = EpisodeRunner(select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), parse_policy("zero"), "auto")
-    runner.video_mode, runner.video_dir = "all", tmp_path
+    runner = lone_runner(select(benchmark, "spatial", env_ids=[TASKS[1]], episodes=1), "zero", video=("all", tmp_path))
     try:
         record = runner.run(task, 0, 0)
     finally:
-        runner.close_env()
+        runner.close()
     assert record.outcome == "failure" and record.length == STEPS and record.video
     capture = cv2.VideoCapture(record.video)
     frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import episode_records, read_json, together
+from helpers import episode_records, lone_runner, read_json, together
 from mikasa_reference import reference_episode
 
-from pytest_vlaeval.episodes.runner import EpisodeRunner
+from pytest_vlaeval.episodes.lockstep_groups import LockstepGroups
+from pytest_vlaeval.episodes.worker import Worker
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
@@ -81,7 +82,7 @@ def reference_episodes() -> dict[tuple[str, int], tuple[bool, float, int]]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list:
     """At the same time: the reference episodes in this process, the serial session, and one under
-    -n 2 in lockstep blocks of two seeds, which must give the serial session's lone records (one
+    -n 2 in lockstep groups of two seeds, which must give the serial session's lone records (one
     session for each order, shared by the assertions: real episodes are the suite's costliest part)."""
     parallel, serial = tmp_path_factory.mktemp("parallel"), tmp_path_factory.mktemp("serial")
     env = dict(os.environ)  # the sessions' environment, before the reference sets its render backend here
@@ -156,21 +157,21 @@ def test_order_independence_serial_xdist_and_reversed(parallel, serial) -> None:
 
     # In-process, the short task's seeds reversed on one env (the serial session switched tasks).
     benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(select(benchmark, "short", env_ids=[SHORT], episodes=2), parse_policy("random"), "auto")
+    runner = lone_runner(select(benchmark, "short", env_ids=[SHORT], episodes=2), "random")
     reversed_records = {}
     try:
         for index, seed in reversed(list(enumerate(SEEDS))):
             record = runner.run(benchmark.task(SHORT), seed, index)
             reversed_records[record.key] = record.to_dict()
     finally:
-        runner.close_env()
+        runner.close()
     assert reversed_records and comparable(reversed_records) == {k: v for k, v in by_xdist.items() if k[0] == SHORT}
-    assert runner.env_builds == 1, "one env for the task, reused across its seeds"
+    assert runner.worker.env_builds == 1, "one env for the task, reused across its seeds"
 
 
 @pytest.mark.long
-def test_lockstep_blocks_give_the_lone_records_in_any_order(parallel, serial) -> None:
-    """Blocks of two seeds (two CPU envs a block, one batched policy call a step) under -n 2, then
+def test_lockstep_groups_give_the_lone_records_in_any_order(parallel, serial) -> None:
+    """Groups of two seeds (two CPU envs a group, one batched policy call a step) under -n 2, then
     the short task's block run in-process with its seeds reversed: every record is the lone episode's."""
     proc, run_dir = parallel
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
@@ -185,16 +186,16 @@ def test_lockstep_blocks_give_the_lone_records_in_any_order(parallel, serial) ->
 
     benchmark, _ = resolve_benchmark("mikasa:short")
     selection = select(benchmark, "short", env_ids=[SHORT], episodes=2)
-    runner = EpisodeRunner(selection, parse_policy("random"), "auto", lockstep=2)
+    runner = LockstepGroups(Worker(selection, parse_policy("random"), "auto"), 2)
     try:
-        block = list(reversed(list(zip(SEEDS, range(2), strict=True))))
-        reversed_records = {r.key: r.to_dict() for r in runner.run_block(benchmark.task(SHORT), block)}
+        group = list(reversed(list(zip(SEEDS, range(2), strict=True))))
+        reversed_records = {r.key: r.to_dict() for r in runner.run_group(benchmark.task(SHORT), group)}
     finally:
-        runner.close_env()
+        runner.close()
     assert len(reversed_records) == 2 and comparable(reversed_records) == {
         k: v for k, v in by_blocks.items() if k[0] == SHORT
     }
-    assert runner.env_builds == 1, "one block of envs for the task"
+    assert runner.worker.env_builds == 1, "one group of envs for the task"
 
 
 @pytest.mark.long
@@ -208,16 +209,14 @@ def test_no_privileged_key_reaches_the_policy_on_a_task_with_task_cue() -> None:
     import spy_policies
 
     benchmark, _ = resolve_benchmark("mikasa:short")
-    runner = EpisodeRunner(
-        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1),
-        parse_policy("spy_policies:Spy"),
-        "auto",
+    runner = lone_runner(
+        select(benchmark, "short", env_ids=["RotateLenientPos-VLA-v0"], episodes=1), "spy_policies:Spy"
     )
     try:
         record = runner.run(benchmark.task("RotateLenientPos-VLA-v0"), SEEDS[0], 0)
-        raw_obs, raw_info = runner._env.env.reset(seed=SEEDS[0])
+        raw_obs, raw_info = runner.env_for(benchmark.task("RotateLenientPos-VLA-v0"), 1).env.reset(seed=SEEDS[0])
     finally:
-        runner.close_env()
+        runner.close()
     assert record.outcome in ("success", "failure"), record.message
     assert "task_cue" in raw_obs and "oracle_info" in raw_info, "the env does carry privileged data"
     assert spy_policies.Spy.seen_keys == {("instruction", "proprio", "rgb")}
@@ -258,11 +257,11 @@ def test_video_recording_does_not_change_the_episode(serial, tmp_path: Path) -> 
 
     benchmark, _ = resolve_benchmark("mikasa:short")
     selection = select(benchmark, "short", env_ids=[TASKS[0]], episodes=1)
-    runner = EpisodeRunner(selection, parse_policy("random"), "auto", video=("all", tmp_path))
+    runner = lone_runner(selection, "random", video=("all", tmp_path))
     try:
         record = runner.run(benchmark.task(TASKS[0]), SEEDS[0], 0)
     finally:
-        runner.close_env()
+        runner.close()
     without_video = episode_records(serial[1])[(TASKS[0], SEEDS[0])]
     assert (record.success, record.episode_return, record.length) == (
         without_video["success"],

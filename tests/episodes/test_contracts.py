@@ -1,7 +1,7 @@
 """Who broke the contract is who gets the blame: an env returning the wrong things is an ``env``
 error saying what came back, a policy calling ``sys.exit`` or returning complex numbers a ``policy``
 error, a missing asset an ``asset`` error; never the harness, never a failure, never a NaN in the
-canonical files. Alone and in lockstep blocks."""
+canonical files. Alone and in lockstep groups."""
 
 from __future__ import annotations
 

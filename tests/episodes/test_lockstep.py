@@ -1,6 +1,6 @@
-"""Lockstep blocks (``--vla-lockstep``) on the fake benchmark: every episode's record is the one it
+"""Lockstep groups (``--vla-lockstep``) on the fake benchmark: every episode's record is the one it
 gets alone, serial or under ``-n 2``, for per-episode and batched policies; a row's failure stays on
-its row; bad combinations are one line. Real MIKASA blocks: ``tests/envs/test_mikasa.py``."""
+its row; bad combinations are one line. Real MIKASA groups: ``tests/envs/test_mikasa.py``."""
 
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ def test_lockstep_records_equal_lone_records_serial_and_under_xdist(fake: pytest
     assert outcomes(fake, "parallel") == lone
     (directory,) = (fake.path / "parallel").iterdir()
     records = episode_records(directory)
-    assert {r["lockstep"] for r in records.values()} == {1, 2}, "blocks of 2, and each task's last seed alone"
+    assert {r["lockstep"] for r in records.values()} == {1, 2}, "groups of 2, and each task's last seed alone"
     for task in ("Alpha-v0", "Beta-v0"):
         for first in (100, 102):
-            assert records[task, first]["worker"] == records[task, first + 1]["worker"], "a block runs on one worker"
+            assert records[task, first]["worker"] == records[task, first + 1]["worker"], "a group runs on one worker"
 
 
 def test_a_batched_policy_is_called_once_per_step_for_the_block(fake: pytest.Pytester) -> None:
@@ -99,7 +99,7 @@ def test_separate_envs_need_no_fingerprint_change(fake: pytest.Pytester) -> None
     [
         (["--vla-lockstep=0"], "argument --vla-lockstep: must be in [1, inf), got 0"),
         (["--vla-lockstep=2", "--vla-video=all"], "--vla-video=all records lone episodes"),
-        (["--vla-lockstep=2", "-n", "2", "--dist=load"], "--vla-lockstep=2 sends each block of episodes to one worker"),
+        (["--vla-lockstep=2", "-n", "2", "--dist=load"], "--vla-lockstep=2 sends each group of episodes to one worker"),
     ],
 )
 def test_bad_lockstep_combinations_are_one_line(fake: pytest.Pytester, args: list[str], expected: str) -> None:

@@ -125,21 +125,20 @@ def test_unconvertible_actions_are_a_one_line_policy_error_in_a_session(
 def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does() -> None:
     """One real episode with bf16 actions; the benchmark's own ``run_episode`` with the same
     bf16 tensors on a fresh env gives the same episode."""
+    from helpers import lone_runner
     from mikasa_reference import reference_episode
 
-    from pytest_vlaeval.episodes.runner import EpisodeRunner
     from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
-    from pytest_vlaeval.policy.loading import parse_policy
     from pytest_vlaeval.spec import resolve_benchmark, select
 
     task, seed = "RememberColor3-VLA-v0", 4242424242
     benchmark, _ = resolve_benchmark("mikasa:short")
     selection = select(benchmark, "short", env_ids=[task], episodes=1)
-    runner = EpisodeRunner(selection, parse_policy("spy_policies:Bf16Random"), "auto")
+    runner = lone_runner(selection, "spy_policies:Bf16Random")
     try:
         record = runner.run(benchmark.task(task), seed, 0)
     finally:
-        runner.close_env()
+        runner.close()
     assert (record.outcome, record.error_kind) in (("success", None), ("failure", None)), record.message
 
     class ReferencePolicy:

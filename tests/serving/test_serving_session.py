@@ -12,10 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_usage_error, episode_records, read_json, run_dir, together
+from helpers import assert_one_line_usage_error, episode_records, lone_runner, read_json, run_dir, together
 
-from pytest_vlaeval.episodes.runner import EpisodeRunner
-from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.spec import resolve_benchmark, select
 
 SERVED = '''
@@ -208,11 +206,11 @@ def test_mikasa_episodes_through_vla_serve_equal_in_process_episodes(tmp_path: P
     benchmark, _ = resolve_benchmark("mikasa:short")
 
     def in_process() -> list:
-        runner = EpisodeRunner(select(benchmark, "short", env_ids=[task], episodes=2), parse_policy("random"), "auto")
+        runner = lone_runner(select(benchmark, "short", env_ids=[task], episodes=2), "random")
         try:
             return [runner.run(benchmark.task(task), seed, index) for index, seed in enumerate(seeds)]
         finally:
-            runner.close_env()
+            runner.close()
 
     records, proc = together(  # the same episodes in this process while the served session runs
         in_process,
