@@ -1,2 +1,3 @@
-"""Spreading episodes over xdist workers: the task-affinity scheduler, where workers run (GPUs, an
-interpreter of their own, hosts), lockstep and gate blocks, and the shard a session runs."""
+"""Spreading episodes over xdist workers: the task-affinity scheduler and its variants (the gate's
+seed blocks, whole tasks), lockstep groups sent whole, the worker backends and their lifecycle
+(GPUs, an interpreter of their own, hosts), and the shard a session runs."""
