@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from pytest_vlaeval.envs import assets
 from pytest_vlaeval.envs.adapter import EnvAdapter, EnvFactory, checked_adapter
 from pytest_vlaeval.episodes.lockstep import RowEnvs
-from pytest_vlaeval.errors import AssetMissing, EnvCloseWarning, EnvError, EpisodeError, EpisodeTimeout, PolicyError
+from pytest_vlaeval.errors import AssetMissing, EnvCloseWarning, EnvError, EpisodeTimeout, PolicyError
 from pytest_vlaeval.importing import load_reference, split_reference
 from pytest_vlaeval.policy.batched import PolicyEngine
 from pytest_vlaeval.policy.contract import Policy
@@ -32,12 +32,13 @@ EnvBuilder = Callable[[Task], "EnvAdapter | RowEnvs"]
 
 
 class BuiltOnce(Generic[Built]):
-    """A value built at first use, or the error its build raised, raised again at every later use."""
+    """A value built at first use, or the ``PolicyError`` its build raised, raised again at every
+    later use (a policy that cannot be built fails each of the worker's episodes at once, alike)."""
 
     def __init__(self, build: Callable[[], Built]) -> None:
         self._build = build
         self._value: Built | None = None
-        self._error: EpisodeError | None = None
+        self._error: PolicyError | None = None
 
     def get(self) -> Built:
         if self._error is not None:
