@@ -67,11 +67,11 @@ class Summary:
     partial: bool
     exit_code: int
     """pytest's: 0 when every episode succeeded (and a gate, if asked for, passed), else 1."""
-    raw: schema.Summary = field(repr=False)
+    raw: schema.RunSummary = field(repr=False)
 
     @classmethod
     def from_run(cls, run_dir: Path, exit_code: int) -> Summary:
-        body: schema.Summary = json.loads(RunDir(run_dir).summary.read_text(encoding="utf-8"))
+        body: schema.RunSummary = json.loads(RunDir(run_dir).summary.read_text(encoding="utf-8"))
         return cls(
             run_dir=run_dir,
             sr_split=body["sr_split"],

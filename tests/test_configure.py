@@ -1,4 +1,4 @@
-"""Session wiring (``plugin.py``'s options, ``configure.py``): without ``--benchmark`` the plugin
+"""Session wiring (``plugin.py``'s options, ``configure/``): without ``--benchmark`` the plugin
 is inert; with it, bad input stops the session in one line before anything runs."""
 
 from __future__ import annotations

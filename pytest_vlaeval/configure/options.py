@@ -21,7 +21,7 @@ from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.store import run_dir_name
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list, shard, still_to_run
 from pytest_vlaeval.run_context import Execution, RunContext, Subset, reference_order_refusal
-from pytest_vlaeval.spec import Benchmark, Selection, resolve_benchmark, select
+from pytest_vlaeval.spec import Benchmark, resolve_benchmark, select
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import PolicySpec
@@ -47,10 +47,9 @@ def run_context(config: pytest.Config, on_worker: bool) -> RunContext:
     run_name = config.getoption("vla_run_name") or run_dir_name(selection, policy.identity)
     if run_name in (".", "..") or "/" in run_name or os.sep in run_name:
         raise SpecError(f"--vla-run-name {run_name!r}: expected a directory name, not a path")
-    subset = _subset(config, selection, on_worker)
-    gate = _gate_settings(config)
+    rerun, shard_arg, from_scheduler, listed = _subset_options(config, on_worker)
     if config.getoption("vla_reference_order"):
-        _check_whole_sequences(config, subset, gate)
+        _check_whole_sequences(config, rerun, shard_arg)
     execution = Execution.checked(
         config.getoption("vla_render") or config.getini("vla_render"),
         retries=config.getoption("vla_retries"),
@@ -59,11 +58,19 @@ def run_context(config: pytest.Config, on_worker: bool) -> RunContext:
         lockstep=config.getoption("vla_lockstep") or 1,
         reference_order=bool(config.getoption("vla_reference_order")),
     )
-    return RunContext(selection, policy, results_root / run_name, execution, subset, gate)
+    subset = Subset(
+        shard=parse_shard(shard_arg) if shard_arg else None,
+        merged_later=from_scheduler,
+        episode_list=tuple(read_episode_list(Path(listed), selection)) if listed else None,
+        rerun=rerun,
+    )
+    return RunContext(selection, policy, results_root / run_name, execution, subset, _gate_settings(config))
 
 
-def _subset(config: pytest.Config, selection: Selection, on_worker: bool) -> Subset:
-    """Which episodes: a shard, a frozen list, a rerun of what the store holds."""
+def _subset_options(config: pytest.Config, on_worker: bool) -> tuple[str | None, str | None, bool, str | None]:
+    """Which episodes, as given: the rerun mode, the shard (an array's, read from its scheduler),
+    whether the shard is an array's, and the episode list's file; files are read once the
+    options' conflicts are known."""
     rerun = config.getoption("vla_rerun")
     if rerun is not None and rerun not in RERUN_MODES:
         raise SpecError(f"--vla-rerun {rerun!r}; valid: {', '.join(RERUN_MODES)}")
@@ -83,24 +90,19 @@ def _subset(config: pytest.Config, selection: Selection, on_worker: bool) -> Sub
                 "--vla-baseline judges a whole run; a shard of an array (--vla-shard=auto) sees part of it: "
                 "give the baseline to the merge (vlaeval merge RUN_DIR --baseline DIR)"
             )
-    return Subset(
-        shard=parse_shard(shard_arg) if shard_arg else None,
-        merged_later=from_scheduler,
-        episode_list=tuple(read_episode_list(Path(listed), selection)) if listed else None,
-        rerun=rerun,
-    )
+    return rerun, shard_arg, from_scheduler, listed
 
 
-def _check_whole_sequences(config: pytest.Config, subset: Subset, gate: GateSettings) -> None:
+def _check_whole_sequences(config: pytest.Config, rerun: str | None, shard: str | None) -> None:
     """``--vla-reference-order`` runs a task's seeds as one sequence, from its first: what would
     run part of a sequence, or split one, is refused (the execution's own conflicts are its)."""
     conflicts = [
-        ("--vla-resume" if config.getoption("vla_resume") else f"--vla-rerun={subset.rerun}", subset.rerun),
-        ("--vla-shard", subset.shard),
-        ("--vla-episode-list", subset.episode_list),
+        ("--vla-resume" if config.getoption("vla_resume") else f"--vla-rerun={rerun}", rerun),
+        ("--vla-shard", shard),
+        ("--vla-episode-list", config.getoption("vla_episode_list")),
         ("--lf", config.getoption("lf", False)),
         ("--ff", config.getoption("failedfirst", False)),
-        ("--vla-sequential", gate.sequential),
+        ("--vla-sequential", config.getoption("vla_sequential")),
     ]
     named = [name for name, given in conflicts if given]
     if named:
