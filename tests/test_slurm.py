@@ -387,3 +387,16 @@ def test_complete_needs_the_key_of_the_account_that_submitted(fake: pytest.Pytes
     key.unlink()
     done = vlaeval_slurm(fake, {}, "--complete", str(run))
     assert done.returncode == 2 and f"{key} is missing: no run was submitted" in done.stdout, done.stdout
+
+
+def test_a_record_written_before_the_field_was_renamed_reads_and_keeps_its_seal(fake: pytest.Pytester) -> None:
+    """``submissions.json`` once named the scheduler's options ``sbatch``: such a file reads as it
+    did, its options in ``scheduler_options``, and its seal still holds (it covers values, not names)."""
+    record = submitted_record(fake) / "slurm" / "submissions.json"
+    data = json.loads(record.read_text())
+    data["sbatch"] = data.pop("scheduler_options") | {"partition": "gpu"}
+    sealed = Submission.read(record)
+    record.write_text(json.dumps(data))
+    old = Submission.read(record)
+    assert old.scheduler_options == {"partition": "gpu"}
+    assert replace(old, scheduler_options={}).seal_with(submission_key(create=False)) == sealed.seal
