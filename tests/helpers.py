@@ -200,9 +200,14 @@ from fake_env_base import *  # noqa: F403  (the fake benchmark's env, frozen at 
 from fake_env_base import FakeEnv, make_env as base_make_env
 
 
+def freeze(action):
+    while True:  # stopped again if anything sends it SIGCONT: it must stay frozen
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def make_env(task, benchmark, render_request):
     env = base_make_env(task, benchmark, render_request)
-    env.step = lambda action: os.kill(os.getpid(), signal.SIGSTOP)
+    env.step = freeze
     return env
 """
 """A remote host's ``fake_env.py`` (the fake benchmark's env saved beside it as ``fake_env_base.py``)

@@ -49,14 +49,28 @@ def socket_hosts(tmp_path: Path) -> Iterator[list[str]]:
         server.wait()
 
 
-def _wait_for(port: int) -> None:
+def _wait_for(port: int, server: subprocess.Popen[bytes] | None = None, log: Path | None = None) -> None:
+    """Until something listens on ``port``; fails, saying why (``log``: the server's stderr), if
+    ``server`` ends first or nothing listens within 20 s."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
+        if server is not None and server.poll() is not None:
+            pytest.fail(f"the socket server ended before listening: {log.read_text() if log else ''}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
-    raise TimeoutError(f"socket server on port {port} did not start")
+    pytest.fail(f"nothing listens on 127.0.0.1:{port} after 20 s")
+
+
+NAMESPACE_INIT = """
+import subprocess, sys
+with open("/proc/sys/kernel/ns_last_pid", "w") as last_pid:
+    last_pid.write(sys.argv[1])
+sys.exit(subprocess.Popen(sys.argv[2:]).wait())
+"""
+"""A PID namespace's init: the server it starts gets the id after ``argv[1]``; it waits for the
+server's exit (``waitpid`` without ``WUNTRACED``: a stopped server does not end it)."""
 
 
 def test_socket_workers_send_their_episodes_to_the_controller(fake: pytest.Pytester, socket_hosts: list[str]) -> None:
@@ -89,18 +103,21 @@ def test_a_frozen_remote_worker_is_cut_off_and_no_local_process_is_signalled(
     (home / "fake_env.py").write_text(FREEZES)
     decoy = subprocess.Popen(["sleep", "600"])
     port = free_port()
-    # --kill-child: killing unshare ends the namespace, the frozen server in it included.
+    log = tmp_path / "namespace.log"
+    # The namespace's first process (its init) is a Python one that gives the next process id, the
+    # server's, the decoy's number, and waits for the server's end alone (a shell's wait may return
+    # on a stopped child, and an init's exit ends the namespace). --kill-child: killing unshare
+    # ends the namespace, the frozen server in it included.
     namespace = subprocess.Popen(
         [
-            "unshare", "--pid", "--kill-child", "--mount-proc", "sh", "-c",
-            f"echo {decoy.pid - 1} > /proc/sys/kernel/ns_last_pid; {sys.executable} "
-            f"{execnet_socketserver.__file__} 127.0.0.1:{port} & wait",
+            "unshare", "--pid", "--kill-child", "--mount-proc", sys.executable, "-c", NAMESPACE_INIT,
+            str(decoy.pid - 1), sys.executable, execnet_socketserver.__file__, f"127.0.0.1:{port}",
         ],
         cwd=home, env={"PYTHONPATH": str(home), "PATH": "/usr/bin:/bin"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=log.open("w"),
     )  # fmt: skip
     try:
-        _wait_for(port)
+        _wait_for(port, namespace, log)
         result = fake.runpytest_subprocess(
             f"--tx=socket=127.0.0.1:{port}//chdir={home}", "--tx=popen", "--benchmark=fake.yaml:short",
             "--vla-timeout=1", "-p", "no:cacheprovider", timeout=180,
@@ -111,7 +128,9 @@ def test_a_frozen_remote_worker_is_cut_off_and_no_local_process_is_signalled(
             process.kill()
             process.wait()
     output = result.stdout.str()
-    assert "cannot be signalled from here" in output and f"end process {decoy.pid} on 127.0.0.1:{port}" in output
+    said = [line for line in output.splitlines() if line.startswith("E ") or line.startswith("vlaeval:")]
+    assert "cannot be signalled from here" in output, said
+    assert f"end process {decoy.pid} on 127.0.0.1:{port}" in output, said
     records = episode_records(run_dir(fake))
     assert len(records) == 6, records
     errors = sorted(r["error_kind"] for r in records.values() if r["outcome"] == "error")
