@@ -17,7 +17,9 @@ The features are the ones LeRobot's env wrappers give the policy (``envs/configs
 ``observation.state`` (the pusher's position in 0..512), its action a 2-vector target in the same
 frame; Meta-World a 480x480 ``observation.image`` and the first 4 entries of the raw state, its
 action a 4-vector in [-1, 1]; ALOHA the 480x640 top camera as ``observation.images.top`` and the 14
-joint positions, its action 14 joint targets. The normalisation statistics are stated below, not measured: a random
+joint positions, its action 14 joint targets; LIBERO both 360x360 cameras as
+``observation.images.image`` and ``image2`` and the 8-vector state its env processor makes (eef
+position, axis-angle, gripper), its action a 7-vector in [-1, 1]. The normalisation statistics are stated below, not measured: a random
 policy's outputs are near zero, so mean/std (or min/max) put its actions around the workspace's
 centre, moving enough to change the reward from one episode to the next.
 
@@ -62,11 +64,12 @@ def _vector_stats(size: int, low: float, high: float) -> dict[str, torch.Tensor]
     }
 
 
-# benchmark -> (image feature, its shape, state size, action size, the state's and action's range)
+# benchmark -> (image features, their shape, state size, action size, the state's and action's range)
 BENCHMARKS = {
-    "pusht": (IMAGE, (3, 96, 96), 2, 2, (0.0, 512.0)),
-    "metaworld": (IMAGE, (3, 480, 480), 4, 4, (-1.0, 1.0)),
-    "aloha": ("observation.images.top", (3, 480, 640), 14, 14, (-1.0, 1.0)),
+    "pusht": ((IMAGE,), (3, 96, 96), 2, 2, (0.0, 512.0)),
+    "metaworld": ((IMAGE,), (3, 480, 480), 4, 4, (-1.0, 1.0)),
+    "aloha": (("observation.images.top",), (3, 480, 640), 14, 14, (-1.0, 1.0)),
+    "libero": (("observation.images.image", "observation.images.image2"), (3, 360, 360), 8, 7, (-1.0, 1.0)),
 }
 
 # policy -> its configuration beyond the features (small and fast, and no download)
@@ -112,20 +115,20 @@ POLICIES = {
 
 def build(env: str, policy: str, out: Path, seed: int = 0) -> Path:
     """Write the checkpoint of ``policy`` for ``env``'s features to ``out``; returns ``out``."""
-    image, image_shape, state_size, action_size, (low, high) = BENCHMARKS[env]
+    images, image_shape, state_size, action_size, (low, high) = BENCHMARKS[env]
     config = make_policy_config(
         policy,
         device="cpu",
         push_to_hub=False,
         input_features={
-            image: PolicyFeature(type=FeatureType.VISUAL, shape=image_shape),
+            **{image: PolicyFeature(type=FeatureType.VISUAL, shape=image_shape) for image in images},
             STATE: PolicyFeature(type=FeatureType.STATE, shape=(state_size,)),
         },
         output_features={ACTION: PolicyFeature(type=FeatureType.ACTION, shape=(action_size,))},
         **POLICIES[policy],
     )
     stats = {
-        image: IMAGE_STATS,
+        **dict.fromkeys(images, IMAGE_STATS),
         STATE: _vector_stats(state_size, low, high),
         ACTION: _vector_stats(action_size, low, high),
     }

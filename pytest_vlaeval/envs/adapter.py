@@ -103,12 +103,13 @@ class IsSuccessEnv(MaxReward, Adapter):
     """A gymnasium env that says success as ``info["is_success"]`` (LeRobot's ``gym_*`` packages:
     gym-pusht, gym-aloha) as LeRobot's rollout drives it: ``reset(seed=i)``, the action as float32
     into ``step``, the step limit the env's own (``gym.make``'s ``max_episode_steps``), and the
-    benchmark file's instruction; its episode's maximum step reward as the extra."""
+    benchmark file's instruction; its episode's maximum step reward as the extra. An env built
+    without ``gym.make`` is given its step limit."""
 
-    def __init__(self, env: Any, instruction: str) -> None:
+    def __init__(self, env: Any, instruction: str, max_episode_steps: int | None = None) -> None:
         self.env = env
         self.instruction = instruction
-        self.max_episode_steps = int(env.spec.max_episode_steps)
+        self.max_episode_steps = int(env.spec.max_episode_steps if max_episode_steps is None else max_episode_steps)
 
     def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
         obs, info = self.env.reset(seed=int(seed), options=options or None)

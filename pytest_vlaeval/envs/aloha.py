@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_vlaeval.envs.adapter import IsSuccessEnv, Reset
-from pytest_vlaeval.envs.mujoco_gl import gl_renderer, preflight_main, set_gl_backend, simulator_problem
+from pytest_vlaeval.envs.mujoco_gl import RenderedIsSuccessEnv, preflight_main, set_gl_backend, simulator_problem
 from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.spec import Benchmark, Task
 
@@ -33,25 +32,8 @@ INSTALL_HINT = "run `vlaeval install aloha` (it makes ALOHA's own interpreter)"
 CAMERA = "top"
 
 
-class AlohaEnv(IsSuccessEnv):
-    """Adapter: gym-aloha's env as LeRobot drives it; the top camera as the video frame, and the GL
-    renderer that drew it in the record."""
-
-    def __init__(self, env: Any, *, instruction: str, gl: str) -> None:
-        super().__init__(env, instruction)
-        self.gl = gl
-        self.renderer: str | None = None
-
-    @property
-    def render_backend(self) -> str:
-        """``<MUJOCO_GL>: <GL renderer, version>``, read once the env has rendered (its context is current then)."""
-        return f"{self.gl}: {self.renderer or 'not rendered yet'}"
-
-    def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
-        reset = super().reset(seed=seed, options=options)
-        if self.renderer is None:
-            self.renderer = gl_renderer()
-        return reset
+class AlohaEnv(RenderedIsSuccessEnv):
+    """Adapter: gym-aloha's env as LeRobot drives it; the top camera as the video frame."""
 
     def render_frame(self, obs: dict[str, Any]) -> np.ndarray:
         return np.asarray(obs["pixels"][CAMERA])

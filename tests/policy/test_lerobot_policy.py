@@ -179,3 +179,25 @@ def test_a_missing_server_interpreter_says_how_to_make_it(fake: pytest.Pytester,
     monkeypatch.setenv("VLAEVAL_INTERPRETER_DIR", str(fake.path / "none-here"))
     result = fake.runpytest(*FAKE, "--vla-serve=random", "--vla-serve-python=openpi", "--episodes=1")
     assert_one_line_usage_error(result, "runs in an interpreter of its own, and there is none at")
+
+
+def test_lerobot_libero_gives_both_cameras_and_the_state_its_processor_makes(pytester: pytest.Pytester) -> None:
+    """LeRobot's LIBERO env gives ``pixels`` {image, image2} and ``robot_state``, which its env
+    processor flattens into ``observation.state``: a Push-T checkpoint's single image is not given."""
+    path = checkpoint(pytester.path / "c")
+    result = pytester.runpytest("--benchmark=lerobot-libero", f"--policy=lerobot:{path}", "-p", "no:cacheprovider")
+    expected = (
+        "reads observation.image, which LIBERO (LeRobot) does not give "
+        "(it gives observation.images.image, observation.images.image2, observation.state)"
+    )
+    assert_one_line_usage_error(result, expected)
+
+
+def test_a_benchmark_without_a_lerobot_env_names_the_built_in_ones_with_one(pytester: pytest.Pytester) -> None:
+    path = checkpoint(pytester.path / "c")
+    result = pytester.runpytest("--benchmark=libero", f"--policy=lerobot:{path}", "-p", "no:cacheprovider")
+    assert_one_line_usage_error(result, "LIBERO names no LeRobot env (lerobot.env_type in its benchmark file)")
+    assert (
+        "the built-in benchmarks that do: aloha, lerobot-libero, metaworld, pusht"
+        in result.stdout.str() + result.stderr.str()
+    )

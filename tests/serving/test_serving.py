@@ -627,7 +627,10 @@ def test_every_bad_request_gets_a_reply_and_every_slot_comes_back(
             ({"pixels": {"top": np.zeros(2)}}, None),  # a dict of cameras passes the check
             ({b"x": np.zeros(2)}, "'act' needs 'obs' as a map of names to arrays, strings, numbers or such maps"),
             ({"x": [1, 2]}, "'act' needs 'obs' as a map of names to arrays, strings, numbers or such maps"),
-            ({"x": {"y": {"z": np.zeros(2)}}}, "or such maps (at most 2 deep: a dict of cameras)"),
+            (
+                {"x": {"y": {"z": {"w": np.zeros(2)}}}},
+                "or such maps (at most 3 deep: a dict of cameras, of robot parts)",
+            ),
         ]:
             step = -1 if reason is None else 0
             reply = ask(ws, {"type": "act", "episode": "e", "step": step, "obs": obs})

@@ -91,9 +91,10 @@ REPLY_FIELDS: dict[str, dict[str, type]] = {
 
 
 _OBS_VALUES = (np.ndarray, np.generic, str, int, float, bool)
-MAX_OBS_DEPTH = 2
-"""How deep an observation's maps may nest: one level below the top (ALOHA's and LIBERO's ``pixels``
-under LeRobot's naming hold a dict of cameras)."""
+MAX_OBS_DEPTH = 3
+"""How deep an observation's maps may nest: two levels below the top (ALOHA's and LIBERO's ``pixels``
+under LeRobot's naming hold a dict of cameras; LeRobot's LIBERO ``robot_state`` a dict of parts,
+each a dict of arrays)."""
 
 
 def _observation(value: dict[Any, Any], depth: int) -> bool:
@@ -114,7 +115,7 @@ FIELD_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "step": (lambda v: v >= 0, "an int >= 0"),
     "obs": (
         lambda v: _observation(v, MAX_OBS_DEPTH),
-        f"a map of names to arrays, strings, numbers or such maps (at most {MAX_OBS_DEPTH} deep: a dict of cameras)",
+        f"a map of names to arrays, strings, numbers or such maps (at most {MAX_OBS_DEPTH} deep: a dict of cameras, of robot parts)",
     ),
 }
 """What a well-typed field must also satisfy, checked at the boundary so no handler meets a value it
