@@ -263,6 +263,18 @@ def package_copy(home: Path) -> Path:
     return next(home.glob("lib/python3*/site-packages/pytest_vlaeval"))
 
 
+def assert_generated(name: str, script: str, *args: str) -> Path:
+    """``benchmarks/<name>.yaml`` is what ``scripts/<script> ARGS`` writes (a generated file is never
+    edited by hand); returns its path."""
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True, timeout=120
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    path = ROOT / "benchmarks" / f"{name}.yaml"
+    assert made.stdout == path.read_text(), f"{path} is not what scripts/{script} writes: run it again"
+    return path
+
+
 def capped_benchmark(name: str, steps: int, directory: Path) -> Path:
     """A copy of built-in ``benchmarks/<name>.yaml`` in ``directory`` with every step budget cut
     to ``steps`` (a CI-sized episode; everything else canonical)."""

@@ -17,7 +17,7 @@ from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install import installer, interpreters
 from pytest_vlaeval.install.assets_command import add_source_options, install_assets
-from pytest_vlaeval.install.stacks import stacks
+from pytest_vlaeval.install.stacks import Stack, stacks
 from pytest_vlaeval.spec import Benchmark, resolve_benchmark
 
 PREFIX = "vlaeval install:"
@@ -117,6 +117,20 @@ def setup_problem(args: argparse.Namespace, benchmark: Benchmark | None) -> str 
     return None
 
 
+def finish_problems(stack: Stack, python: str, fix: str) -> list[str]:
+    """What the stack's ``finish`` step finds not in place in its interpreter (its ``--check``), a
+    line each ending in the fix."""
+    if not stack.finish:
+        return []
+    check = subprocess.run([python, "-m", stack.finish, "--check"], capture_output=True, text=True, timeout=300)
+    if check.returncode == 0:
+        return []
+    lines = check.stdout.strip().splitlines() or [
+        check.stderr.strip().splitlines()[-1] if check.stderr.strip() else "failed"
+    ]
+    return [f"{line}: run `{fix}`" for line in lines]
+
+
 def install(args: argparse.Namespace) -> int:
     stack = stacks()[args.stack]
     benchmark = None if stack.policy else resolve_benchmark(stack.name)[0]
@@ -159,6 +173,7 @@ def install(args: argparse.Namespace) -> int:
         *([f"its interpreter holds {held}: run `{fix}`"] if held else []),
         *installer.version_problems(stack, installed, fix, steps),
         *installer.import_problems(stack, fix, python or sys.executable),
+        *(finish_problems(stack, python, fix) if python else []),
     ]
     if not problems and benchmark is not None and benchmark.env.preflight:
         render = preflight_problem(benchmark.env.preflight, "auto", python or sys.executable)

@@ -10,13 +10,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import msgspec
-from packaging.requirements import Requirement
 
-from pytest_vlaeval.install.stacks import PipStep, Stack
+from pytest_vlaeval.install.stacks import PipStep, Stack, shipped_file
 from pytest_vlaeval.printable import command_line
 
 BACKPORTS = "bookworm-backports"
@@ -84,23 +82,10 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
-def requirements(step: PipStep) -> list[Requirement]:
-    """A step's requirements, those of its shipped requirements file included (hashes dropped)."""
-    lines = list(step.requirements)
-    if step.requirements_file:
-        text = resources_file(step.requirements_file).read_text(encoding="utf-8")
-        lines += [line.split(" --hash")[0] for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    return [Requirement(line) for line in lines]
-
-
-def resources_file(name: str) -> Path:
-    return Path(str(resources.files("pytest_vlaeval.install") / name))
-
-
 def unmet(step: PipStep, installed: InstalledVersion) -> list[str]:
     """One line per requirement of ``step`` that the interpreter does not satisfy."""
     lines = []
-    for requirement in requirements(step):
+    for requirement in step.pinned():
         version = installed(requirement.name)
         if version is None:
             lines.append(f"{requirement.name} is not installed")
@@ -128,7 +113,7 @@ def pip_command(step: PipStep, python: str) -> Command:
     if step.reinstall:
         argv.append("--force-reinstall")
     if step.requirements_file:
-        argv += ["--require-hashes", "-r", str(resources_file(step.requirements_file))]
+        argv += ["--require-hashes", "-r", str(shipped_file(step.requirements_file))]
     argv += ["-e", step.source] if step.source else step.requirements
     return Command(step.why, tuple(argv))
 

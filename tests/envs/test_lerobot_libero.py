@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import assert_generated
 from lerobot_reference import lerobot_python
 
 pytestmark = pytest.mark.lerobot
-
-ROOT = Path(__file__).resolve().parents[2]
 
 FILE_CHECK = """
 import json
@@ -34,12 +32,7 @@ print(json.dumps({"suites": suites, "limits": TASK_SUITE_MAX_STEPS}))
 def test_the_benchmark_file_is_hf_liberos_suites_with_lerobots_step_limits() -> None:
     """The file is what scripts/lerobot_libero_yaml.py writes; its tasks, in each suite's order, are
     the installed hf-libero's names and language, and each suite's limit is LeRobot's."""
-    generated = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "lerobot_libero_yaml.py")], capture_output=True, text=True, timeout=60
-    )
-    assert generated.returncode == 0, generated.stderr
-    path = ROOT / "benchmarks" / "lerobot-libero.yaml"
-    assert generated.stdout == path.read_text()
+    path = assert_generated("lerobot-libero", "lerobot_libero_yaml.py")
     proc = subprocess.run(
         [str(lerobot_python()), "-c", FILE_CHECK], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
     )

@@ -19,7 +19,7 @@ import pytest
 from episode_digest import read_digests
 from helpers import (
     REVERSED_ORDER,
-    ROOT,
+    assert_generated,
     capped_benchmark,
     digesting_session,
     episode_records,
@@ -220,10 +220,7 @@ def test_the_render_check_passes_here_and_names_the_fix_when_gl_is_broken() -> N
 
 def test_benchmark_file_matches_the_installed_package() -> None:
     """``benchmarks/libero.yaml`` is what the generator makes from the pinned package."""
-    made = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "libero_yaml.py")], capture_output=True, text=True, check=True
-    )
-    assert made.stdout == (ROOT / "benchmarks" / "libero.yaml").read_text()
+    assert_generated("libero", "libero_yaml.py")
 
 
 @pytest.mark.long

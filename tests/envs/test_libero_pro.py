@@ -21,7 +21,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TESTS, capped_benchmark, digesting_session, episode_records, read_json, together
+from helpers import (
+    ROOT,
+    TESTS,
+    assert_generated,
+    capped_benchmark,
+    digesting_session,
+    episode_records,
+    read_json,
+    together,
+)
 
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.loop import run_episode
@@ -216,11 +225,7 @@ def test_the_environment_perturbation_is_refused_with_its_reason() -> None:
 
 def test_benchmark_file_matches_the_installed_package() -> None:
     """``benchmarks/libero-pro.yaml`` is what the generator makes from the pinned package."""
-    made = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "libero_yaml.py"), "--pro"], capture_output=True, text=True, check=True
-    )
-    assert made.stdout == (ROOT / "benchmarks" / "libero-pro.yaml").read_text()
-    benchmark = load_benchmark(ROOT / "benchmarks" / "libero-pro.yaml")
+    benchmark = load_benchmark(assert_generated("libero-pro", "libero_yaml.py", "--pro"))
     assert len(benchmark.tasks) == 160 and len(benchmark.splits) == 16
     assert {t.env_id.partition(".")[0] for t in benchmark.tasks} == set(benchmark.splits)
     assert not any(c in t.env_id for t in benchmark.tasks for c in "/:")

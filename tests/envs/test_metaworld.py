@@ -27,6 +27,7 @@ from helpers import (
     ROOT,
     TESTS,
     assert_failures_equal_reference,
+    assert_generated,
     ended_on_exit,
     episode_records,
     read_json,
@@ -218,12 +219,7 @@ print(json.dumps({
 def test_the_benchmark_file_is_lerobots_mt50_of_the_installed_metaworld() -> None:
     """The file is what scripts/metaworld_yaml.py writes (LeRobot's groups and descriptions); its 50
     tasks are the installed metaworld's v3 envs, and its step limit is their own (500)."""
-    generated = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "metaworld_yaml.py")], capture_output=True, text=True, timeout=60
-    )
-    assert generated.returncode == 0, generated.stderr
-    path = ROOT / "benchmarks" / "metaworld.yaml"
-    assert generated.stdout == path.read_text()
+    path = assert_generated("metaworld", "metaworld_yaml.py")
     proc = subprocess.run(
         [str(metaworld_python()), "-c", FILE_CHECK], env=subprocess_env(), capture_output=True, text=True, timeout=120
     )

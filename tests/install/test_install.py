@@ -29,7 +29,7 @@ def versions_meeting(stack_name: str, **overrides: str | None) -> installer.Inst
     candidates = ["1.0", "0.60", "1.26.4", "2.15.2", "2.4", "3.1.7", "80.0"]
     pinned: dict[str, str | None] = {}
     for step in stacks()[stack_name].steps:
-        for requirement in installer.requirements(step):
+        for requirement in step.pinned():
             fits = list(requirement.specifier.filter(candidates)) or [next(iter(requirement.specifier)).version]
             pinned[normal(requirement.name)] = fits[0]
     pinned.update({normal(name): value for name, value in overrides.items()})

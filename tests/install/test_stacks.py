@@ -14,7 +14,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.install.installer import requirements
 from pytest_vlaeval.install.stacks import Stack, stacks
 from pytest_vlaeval.spec import Benchmark, builtin_benchmarks, load_benchmark
 
@@ -27,7 +26,7 @@ def stack_of(benchmark: Benchmark) -> Stack:
 
 
 def pinned(stack: Stack) -> set[str]:
-    return {canonicalize_name(r.name) for step in stack.steps for r in requirements(step)}
+    return {canonicalize_name(r.name) for step in stack.steps for r in step.pinned()}
 
 
 @pytest.mark.parametrize("name", BUILTINS)

@@ -13,8 +13,8 @@ little. What the episodes saw is compared instead: lerobot-eval's video of each 
 agentview camera, upright, a frame per step) against ours (``--vla-video=all``, the same camera):
 the frames agree up to the two codecs' error, and differ far beyond it between two episodes (two
 init states), so the check can fail. Both runs are cut to 20 steps (lerobot-eval's
-``--env.episode_length``, a copy of the benchmark file here): a LIBERO step renders two cameras in
-software on a CPU.
+``--env.episode_length``, ``capped_benchmark``'s copy of the file here): a LIBERO step renders two
+cameras in software on a CPU.
 
 It needs ``vlaeval install lerobot``; it fails, never skips, without it.
 """
@@ -26,11 +26,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import REVERSED_ORDER, episode_records, read_json
+from helpers import REVERSED_ORDER, capped_benchmark, episode_records, read_json
 from lerobot_reference import build_checkpoint, lerobot_python, lerobot_session, run_lerobot_eval
-
-from pytest_vlaeval.spec import builtin_benchmarks
 
 pytestmark = [pytest.mark.lerobot, pytest.mark.long]
 
@@ -64,16 +61,6 @@ print(json.dumps({
 """
 
 
-def short_benchmark(out: Path) -> Path:
-    """The lerobot-libero file with the one task, cut to ``STEPS`` steps."""
-    document = yaml.safe_load(builtin_benchmarks()["lerobot-libero"].read_text())
-    document["tasks"] = [{**task, "max_steps": STEPS} for task in document["tasks"] if task["env_id"] == TASK]
-    document["lerobot"]["group_names"] = {"spatial": SUITE}  # the file names only the splits it has
-    path = out / "lerobot-libero-short.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
-
-
 def test_libero_episodes_equal_lerobot_evals_in_any_order(tmp_path: Path) -> None:
     checkpoint = build_checkpoint(tmp_path / "libero-act", "libero", "act")
     reference = run_lerobot_eval(
@@ -88,8 +75,8 @@ def test_libero_episodes_equal_lerobot_evals_in_any_order(tmp_path: Path) -> Non
     directory = tmp_path / "ours"
     directory.mkdir()
     (directory / "conftest.py").write_text(REVERSED_ORDER)
-    benchmark = short_benchmark(tmp_path)
-    args = (f"--episodes={EPISODES}", f"--vla-start-seed={SEED}", "--vla-video=all")
+    benchmark = capped_benchmark("lerobot-libero", STEPS, tmp_path)
+    args = (f"--vla-tasks={TASK}", f"--episodes={EPISODES}", f"--vla-start-seed={SEED}", "--vla-video=all")
     session = lerobot_session(directory, str(benchmark), checkpoint, *args)
     output, _ = session.communicate(timeout=1800)
     assert session.returncode in (0, 1), output[-3000:]  # 1: the episodes failed, as lerobot-eval's did
