@@ -11,8 +11,8 @@ cannot do:
 - hf-libero asks on standard input where its files are the first time it is imported without a
   config file (``$LIBERO_CONFIG_PATH/config.yaml``, ``~/.libero`` by default): a session or a
   batch job has no one to answer. The interpreter gets a config of its own, with hf-libero's own
-  default paths, and a ``.pth`` file that points ``LIBERO_CONFIG_PATH`` there unless the caller
-  set it.
+  default paths, and a ``.pth`` file that points ``LIBERO_CONFIG_PATH`` there unless the caller's
+  names a config.
 
 Nothing here imports ``libero``: importing it is what asks.
 """
@@ -64,8 +64,14 @@ def config_text(libero: Path) -> str:
 
 
 def pth_text(folder: Path) -> str:
-    """The ``.pth`` line that sets ``LIBERO_CONFIG_PATH`` to ``folder`` at start-up, unless set."""
-    return f"import os; os.environ.setdefault('LIBERO_CONFIG_PATH', {str(folder)!r})\n"
+    """The ``.pth`` line that sets ``LIBERO_CONFIG_PATH`` to ``folder`` at start-up, unless the
+    caller's points at a config: one that points at a folder without one (the LIBERO stack's own
+    ``_no_libero_config``, inherited from a session that ran LIBERO) would make hf-libero ask."""
+    return (
+        "import os; given = os.environ.get('LIBERO_CONFIG_PATH'); "
+        "os.environ['LIBERO_CONFIG_PATH'] = given if given and os.path.isfile(os.path.join(given, 'config.yaml')) "
+        f"else {str(folder)!r}\n"
+    )
 
 
 def _write(path: Path, text: str) -> None:
@@ -111,7 +117,9 @@ class Layout:
         self.config.mkdir(exist_ok=True)
         _write(self.config / "config.yaml", config_text(self.libero))
         _write(self.site_packages / PTH_FILE, pth_text(self.config))
-        done.append(f"hf-libero's config: {self.config / 'config.yaml'} (LIBERO_CONFIG_PATH, unless set)")
+        done.append(
+            f"hf-libero's config: {self.config / 'config.yaml'} (LIBERO_CONFIG_PATH, unless the caller's names a config)"
+        )
         return done
 
     def problems(self) -> list[str]:

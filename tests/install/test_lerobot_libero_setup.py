@@ -71,12 +71,18 @@ def test_no_assets_stops_the_set_up_in_one_line(layout: Layout) -> None:
         layout.set_up()
 
 
-def test_the_pth_line_points_hf_libero_at_its_config_unless_the_caller_did(
-    layout: Layout, monkeypatch: pytest.MonkeyPatch
+def test_the_pth_line_points_hf_libero_at_its_config_unless_the_caller_names_one(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("LIBERO_CONFIG_PATH", raising=False)
     exec(pth_text(layout.config))  # as site.py runs an import line of a .pth file
     assert os.environ["LIBERO_CONFIG_PATH"] == str(layout.config)
-    monkeypatch.setenv("LIBERO_CONFIG_PATH", "/the/callers")
+    callers = tmp_path / "callers"
+    callers.mkdir()
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(callers))  # a folder without a config (LIBERO's own
+    exec(pth_text(layout.config))  # stack sets one in a session): hf-libero would ask on the terminal
+    assert os.environ["LIBERO_CONFIG_PATH"] == str(layout.config)
+    (callers / "config.yaml").write_text("assets: /the/callers\n")
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(callers))
     exec(pth_text(layout.config))
-    assert os.environ["LIBERO_CONFIG_PATH"] == "/the/callers"
+    assert os.environ["LIBERO_CONFIG_PATH"] == str(callers)
