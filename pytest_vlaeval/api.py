@@ -163,11 +163,11 @@ def _served(policy: Any, benchmark: str, env: dict[str, str]) -> Any:
     if isinstance(policy, str):
         yield policy
         return
+    from pytest_vlaeval.benchmark.model import resolve_benchmark
     from pytest_vlaeval.errors import SpecError
     from pytest_vlaeval.serving.server.policy_server import ServerConfig
     from pytest_vlaeval.serving.server.thread import ServerThread
     from pytest_vlaeval.serving.url import TOKEN_ENV
-    from pytest_vlaeval.spec import resolve_benchmark
 
     try:
         action_dim = resolve_benchmark(benchmark)[0].env.action_dim

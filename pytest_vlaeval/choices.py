@@ -1,4 +1,4 @@
-"""The choices of ``--vla-render``, ``--vla-video``, ``--vla-live`` and ``--vla-gate-assume``, the ranges of the
+"""The choices of ``--vla-render``, ``--vla-video``, ``--vla-live``, ``--vla-policy-placement`` and ``--vla-gate-assume``, the ranges of the
 numeric options and the refusal of an empty name: one owner, a leaf that imports only the
 standard library, so ``plugin`` (which must stay light) declares them and the modules acting on a
 choice share it."""
@@ -15,6 +15,9 @@ RENDER_BACKENDS = ("auto", "gpu", "gpu-render", "cpu")
 ``cpu``: both on the CPU (software rendering); ``auto``: ``gpu`` when a CUDA device is present, else ``cpu``."""
 VIDEO_MODES = ("none", "failed", "all")
 LIVE_MODES = ("auto", "on", "off")
+POLICY_PLACEMENTS = ("auto", "beside", "served")
+"""Where a policy with an interpreter of its own runs (``--vla-policy-placement``), the default
+first: beside the env in each worker, or served from one process (``distribute.policy_placement``)."""
 NOTHING, RANDOM_BREAKS, SMOOTH_SEEDS = "nothing", "random-breaks", "smooth-seeds"
 GATE_ASSUMPTIONS = (RANDOM_BREAKS, NOTHING, SMOOTH_SEEDS)
 """What a user lets the gate assume of how seeds move the tasks (``--vla-gate-assume``), the default

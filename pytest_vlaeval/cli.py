@@ -15,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "install-assets": ("pytest_vlaeval.install.assets_command", "install the data files a benchmark's wheel lacks"),
     "serve": ("pytest_vlaeval.serving.command", "serve one policy to many episodes over websockets"),
     "merge": ("pytest_vlaeval.merge", "merge run directories (shards) into one run"),
-    "slurm": ("pytest_vlaeval.slurm", "run an evaluation as a Slurm job array of shards, then merge it"),
+    "slurm": ("pytest_vlaeval.arrays.slurm", "run an evaluation as a Slurm job array of shards, then merge it"),
     "compare": ("pytest_vlaeval.report.compare", "compare runs (e.g. checkpoints) side by side, paired by seed"),
 }
 """Subcommand name -> (module with ``configure`` and ``run``, one line of help)."""

@@ -18,30 +18,38 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval import strict_json
+from pytest_vlaeval.arrays.submission import completing_command
+from pytest_vlaeval.benchmark.model import (
+    Benchmark,
+    Selection,
+    builtin_benchmarks,
+    load_benchmark,
+    resolve_benchmark,
+    select,
+)
 from pytest_vlaeval.choices import add_gate_options
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.gate.baseline import load_baseline
-from pytest_vlaeval.gate.eval_info import eval_info
 from pytest_vlaeval.gate.fixed import FixedGate
+from pytest_vlaeval.gate.protocol import Gate, NoGate
 from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
+from pytest_vlaeval.lerobot.eval_info import eval_info
 from pytest_vlaeval.printable import command_line, terminal_safe
+from pytest_vlaeval.report.page import pct
 from pytest_vlaeval.report.run_files import write_run_files
 from pytest_vlaeval.results.canonical import summary
-from pytest_vlaeval.results.latest import LatestRecords, whole_lines
+from pytest_vlaeval.results.latest import LatestRecords, skipped_line, whole_lines
+from pytest_vlaeval.results.made_with import MACHINES, baseline_made_with, gate_note, hosts_note, made_with
 from pytest_vlaeval.results.readback import read_json
 from pytest_vlaeval.results.record import record_time
 from pytest_vlaeval.results.rundir import RunDir, shard_of, writing
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.schema import Fingerprint
-from pytest_vlaeval.spec import Benchmark, Selection, builtin_benchmarks, load_benchmark, resolve_benchmark, select
 from pytest_vlaeval.termination import interrupt_on_termination
 
 TAIL_BYTES = 65536
 """Enough of a log's end to hold its last record."""
-
-COPY_CHUNK = 1 << 20
-"""Bytes of a log compared or copied at a time: a log can be gigabytes."""
 
 
 @dataclass(frozen=True)
@@ -63,17 +71,25 @@ def merge(
     store.claim(reference)
     if policy is not None:
         store.claim(policy, store.dir.policy)
+    shard_hosts = [machine for directory in run_dirs for machine in made_with(directory).machines]
+    hosts = store.join_machines(shard_hosts)  # never this host: a merge runs no episode
+    skipped: list[str] = []
     copied = sum(
-        _copy_log(log, RunDir(directory), store.dir) for directory in run_dirs for log in RunDir(directory).logs()
+        _copy_log(log, RunDir(directory), store.dir, skipped)
+        for directory in run_dirs
+        for log in RunDir(directory).logs()
     )
     benchmark = _benchmark(run_dirs, reference, benchmark_arg)
     store.keep_spec(benchmark)
     selection = _selection(benchmark, reference)
-    judge = _fixed_gate(gate, selection) if gate else None  # a bad baseline stops before the run's files are rewritten
+    judge = _gate(gate, selection)  # a bad baseline stops before the run's files are rewritten
+    baseline = baseline_made_with(judge.baseline.directory) if judge.baseline else None
     with store.locked():  # a session may be writing the same directory's canonical files
         latest = LatestRecords.read(store.dir, selection.episode_ids)
         body, per_task = summary(selection, latest, interrupted=False)
-        verdict = judge.judge(per_task) if judge else None
+        verdict = judge.judge(per_task)
+        note = gate_note(made_with(out), baseline) if judge.baseline else None
+        verdict = verdict.made_with(note) if verdict is not None and note else verdict
         written = write_run_files(
             store.dir,
             body,
@@ -81,7 +97,7 @@ def merge(
             policy=reference["policy"],
             eval_info=eval_info(selection, latest),
             verdict=verdict,
-            baseline=judge.baseline if judge else None,
+            baseline=judge.baseline,
             final=True,
         )
     if written.canonical_refused is not None:
@@ -89,6 +105,8 @@ def merge(
 
     lines = [f"merged {len(run_dirs)} run directories into {out}: {copied} new or grown episode logs"]
     lines += [f"not written: {line}" for line in written.refused]
+    lines += skipped + latest.skipped
+    lines += filter(None, [hosts_note(hosts, "the merged run's sessions")])
     if latest.outside:
         lines.append(f"left out {latest.outside:,} records of episodes the run's fingerprint does not name")
     lines += shard_finish_lines(store.dir)
@@ -98,15 +116,15 @@ def merge(
     ]
     lines.append(
         f"episodes: {body['n_completed']} completed, {body['n_errors']} errors, {body['n_missing']} missing of {body['n_expected']}; "
-        f"split SR {body['sr_split']}"
+        f"split SR {pct(body['sr_split'])}"
     )
     if body["n_errors"] or body["n_missing"]:
         fill = rerun_command(
             reference, store.dir, "--vla-rerun=incomplete", f"--vla-results={out.parent}", f"--vla-run-name={out.name}"
         )
         lines.append(f"fill the gaps with: {fill}")
-        if store.dir.slurm_submissions.exists():
-            complete = command_line(["vlaeval", "slurm", "--complete", str(out)])
+        complete = completing_command(out)
+        if complete is not None:
             lines.append(f"or, on the cluster it was submitted to: {complete}")
     if verdict is not None:
         lines.append(verdict.verdict())
@@ -118,11 +136,10 @@ def _same_run(run_dirs: list[Path]) -> tuple[Fingerprint, dict[str, Any] | None]
     fingerprints = {d: read_json(RunDir(d).fingerprint, Fingerprint, "fingerprint") for d in run_dirs}
     reference = next(iter(fingerprints.values()))
     for directory, fingerprint in fingerprints.items():
-        if fingerprint != reference:
-            diff = ", ".join(
-                k for k in sorted(set(reference) | set(fingerprint)) if reference.get(k) != fingerprint.get(k)
-            )
-            raise SpecError(f"{directory} is not the same run as {run_dirs[0]} (differs in: {diff})")
+        keys = (set(reference) | set(fingerprint)) - {MACHINES}  # the shards of one run may differ in their hosts
+        differ = sorted(k for k in keys if reference.get(k) != fingerprint.get(k))
+        if differ:
+            raise SpecError(f"{directory} is not the same run as {run_dirs[0]} (differs in: {', '.join(differ)})")
     policy_files = [RunDir(d).policy for d in run_dirs]
     policies = {
         json.dumps(read_json(path, dict[str, Any], "policy"), sort_keys=True) for path in policy_files if path.exists()
@@ -152,7 +169,10 @@ def selection_of(run_dir: Path) -> Selection:
     return _selection(_benchmark([run_dir], reference, None), reference)
 
 
-def _fixed_gate(settings: GateSettings, selection: Selection) -> FixedGate:
+def _gate(settings: GateSettings | None, selection: Selection) -> Gate:
+    """The fixed gate with ``--baseline``, its baseline read and checked now; else no gate."""
+    if settings is None:
+        return NoGate()
     assert settings.baseline is not None
     baseline = load_baseline(
         settings.baseline, [t.env_id for t in selection.tasks], selection.seeds, benchmark=selection.benchmark
@@ -195,13 +215,14 @@ def last_record_time(log: Path) -> datetime | None:
     return None
 
 
-def _copy_log(log: Path, source: RunDir, run: RunDir) -> int:
+def _copy_log(log: Path, source: RunDir, run: RunDir, skipped: list[str]) -> int:
     """Copy an episode log of ``source`` into ``run`` (1), or bring an earlier copy up to date (1 when
     it grew, 0 when it was whole): a log only grows by whole lines, so an earlier copy (made while its
-    session was still writing, or cut short by a killed merge) is a prefix of it, and is extended.
+    session was still writing, or cut short by a killed merge) holds its first lines, and is extended.
     Nothing is followed through a symbolic link of either run: a received run's could name any file
-    of yours, to copy into the run or to write over. Only whole lines are copied, line by line, and a
-    line too long to be a record is refused before it is copied (``latest.whole_lines``)."""
+    of yours, to copy into the run or to write over. Only whole lines are copied, one at a time; a
+    line too long to be a record is neither read whole nor copied, but named in ``skipped``
+    (``latest.whole_lines``)."""
     if log.is_symlink():
         raise SpecError(f"{log} is a symbolic link, not an episode log: remove it and merge again")
     source.confined(log)
@@ -212,18 +233,26 @@ def _copy_log(log: Path, source: RunDir, run: RunDir) -> int:
         created = not os.path.lexists(target)
         with log.open("rb") as new, run.open_appending(target, "a+b") as old:
             old.seek(0)
-            lines = 0
-            while chunk := old.read(COPY_CHUNK):
-                if new.read(len(chunk)) != chunk:
-                    raise SpecError(
-                        f"{target} is not a copy of {log} (nor the start of one): remove {target} and merge again"
-                    )
-                lines += chunk.count(b"\n")
             grew = False
-            for _, line in whole_lines(new, log, lines):
-                old.write(line)
-                grew = True
+            for line in whole_lines(new):
+                if line.text is None:
+                    skipped.append(skipped_line(log, line.number))
+                    continue
+                if not grew:
+                    copied = old.read(len(line.text))
+                    if copied == line.text:
+                        continue
+                    if copied:
+                        raise _not_a_copy(target, log)
+                    grew = True
+                old.write(line.text)
+            if not grew and old.read(1):
+                raise _not_a_copy(target, log)
     return 1 if created or grew else 0
+
+
+def _not_a_copy(target: Path, log: Path) -> SpecError:
+    return SpecError(f"{target} is not a copy of {log} (nor the start of one): remove {target} and merge again")
 
 
 def _benchmark(run_dirs: list[Path], fingerprint: dict[str, Any], benchmark_arg: str | None) -> Benchmark:

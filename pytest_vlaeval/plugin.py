@@ -19,6 +19,7 @@ import pytest
 from pytest_vlaeval.choices import (
     EPISODE_LIST_MAX_MIB,
     LIVE_MODES,
+    POLICY_PLACEMENTS,
     RENDER_BACKENDS,
     VIDEO_MODES,
     add_gate_options,
@@ -44,9 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--policy",
         metavar="SPEC",
         type=non_empty("a policy", "--policy=random"),
-        help="module:attr (class or factory), a built-in: random, zero, a LeRobot checkpoint: lerobot:PATH (served "
-        "from LeRobot's interpreter), or a policy server: ws://HOST:PORT, openpi://HOST:PORT, vla-eval://HOST:PORT "
-        "[random]",
+        help="module:attr (class or factory), a built-in: random, zero, a LeRobot checkpoint: lerobot:PATH (run in "
+        "LeRobot's interpreter; lerobot:PATH:batched or :unbatched chooses batched inference, by default on a GPU "
+        "only), or a policy server: ws://HOST:PORT, openpi://HOST:PORT, vla-eval://HOST:PORT [random]",
     )
     group.addoption(
         "--vla-serve",
@@ -62,11 +63,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the interpreter the served policy runs in: a name under the interpreters folder (vlaeval install NAME "
         "makes the built-in ones) or a Python executable; one with this package in it [this one; lerobot:PATH: lerobot]",
     )
+    group.addoption(
+        "--vla-policy-placement",
+        choices=POLICY_PLACEMENTS,
+        default=POLICY_PLACEMENTS[0],
+        help="where a policy with an interpreter of its own (lerobot:PATH) runs: beside the env (the workers start "
+        "in its interpreter, each loads its own copy; no server) or served to all workers from one process; auto "
+        "runs it beside the env where its interpreter holds the benchmark's simulators, unless workers run on other "
+        "hosts or a GPU is visible to several workers without --vla-placement [auto]",
+    )
     group.addoption("--episodes", type=int, metavar="N", help="episodes per task [the benchmark's protocol]")
     group.addoption(
         "--vla-start-seed", type=in_range(int, 0), metavar="SEED", help="episode i's seed is SEED+i [the benchmark's]"
     )
     group.addoption("--vla-tasks", metavar="IDS", help="comma-separated env ids to evaluate (within the split)")
+    group.addoption(
+        "--vla-control-arm",
+        action="store_true",
+        help="also run, on the same seeds, the unperturbed control task of every selected task (the benchmark "
+        "file's controls: LIBERO-Plus's are LIBERO's own tasks), and give each group's paired difference "
+        "against them (summary.json's control_arm)",
+    )
     group.addoption("--vla-results", metavar="DIR", help=f"output root; each run writes DIR/<run>/ [{DEFAULT_RESULTS}]")
     group.addoption(
         "--vla-run-name",

@@ -15,8 +15,8 @@ from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.results.rundir import RunDir, shard_label
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.benchmark.model import Selection
     from pytest_vlaeval.policy.loading import PolicySpec
-    from pytest_vlaeval.spec import Selection
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,6 @@ class RunContext:
     subset: Subset = field(default_factory=Subset)
     gate: GateSettings = field(default_factory=GateSettings)
     """The gate's settings (no baseline and no min SR: no gate)."""
-
-    @property
-    def policy_spec(self) -> str:
-        """The run's policy as its reports and fingerprint name it."""
-        return self.policy.identity
 
     @property
     def dir(self) -> RunDir:

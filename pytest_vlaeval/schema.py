@@ -88,11 +88,41 @@ class GridSummary(TypedDict):
     """The benchmark's splits this install cannot run, with why (LIBERO-PRO's environment perturbation)."""
 
 
+class PairedGroup(TypedDict):
+    """A group's tasks against their controls, on the seeds each task and its control completed."""
+
+    n_tasks: int
+    sr: float
+    control_sr: float
+    difference: float
+    """The mean over the group's tasks of (task SR - its control's SR)."""
+    difference_ci95: list[float]
+
+
+class ControlArm(TypedDict):
+    """``summary.json``'s ``control_arm``: the benchmark's control tasks (its ``controls``), which are
+    in no other SR, and every group's paired difference against them."""
+
+    field: str
+    group: str
+    pair_by: str
+    tasks: list[str]
+    sr: float
+    sr_ci95: list[float]
+    paired: dict[str, dict[str, PairedGroup]]
+    """axis field -> group -> the group against its tasks' controls."""
+    method: str
+
+
 class _SummaryGate(TypedDict, total=False):
     gate: dict[str, Any]
     """The gate's verdict and evidence, once a gate has judged the run."""
     grid: GridSummary
     """For a benchmark that declares a grid (LIBERO-PRO)."""
+    control_arm: ControlArm
+    """For a run that holds a benchmark's control tasks (LIBERO-Plus with ``--vla-control-arm``)."""
+    interval_clusters: str
+    """The axis whose groups are the independent units of the group intervals, where they are not the seeds."""
 
 
 class RunSummary(_SummaryGate):
@@ -150,8 +180,36 @@ class _FingerprintBatch(TypedDict, total=False):
     """``reference`` under ``--vla-reference-order``."""
 
 
-class Fingerprint(_FingerprintBatch):
-    """``fingerprint.json``: what must match for sessions to share a run (``results.store``)."""
+class Machine(TypedDict, total=False):
+    """A host a run's sessions ran on, as ``results.made_with`` probes it; a key it lacks is unknown."""
+
+    arch: str
+    cpu: str
+    """The CPU's model name (``/proc/cpuinfo``), or what the platform says of it elsewhere."""
+    cpu_flags: list[str]
+    """Its vector extensions among ``made_with.VECTOR_EXTENSIONS``: they change a simulator's floats."""
+    gpus: list[str]
+    """Each NVIDIA GPU model with its driver, as ``nvidia-smi`` lists them; empty: none listed."""
+    system_packages: dict[str, str]
+    """The installed versions of the benchmark file's ``install.system_packages`` (Mesa's drivers)."""
+    workers_elsewhere: bool
+    """The session's workers ran on other hosts (``--tx ssh=``): this is the controller's host only."""
+
+
+class _FingerprintMadeWith(TypedDict, total=False):
+    """What the numbers were made with beyond the packages, absent from runs made before it was
+    recorded (``results.made_with``)."""
+
+    assets: dict[str, str | None]
+    """The selected tasks' assets: each one's pinned sha256, null where the benchmark file pins none."""
+    machines: list[Machine]
+    """Every host a session of the run ran on, the first session's first: not part of what must
+    match (a run may be resumed elsewhere), but what its seeds pair by."""
+
+
+class Fingerprint(_FingerprintBatch, _FingerprintMadeWith):
+    """``fingerprint.json``: what must match for sessions to share a run (``results.store``), and
+    what the run was made with."""
 
     benchmark: str
     benchmark_version: str

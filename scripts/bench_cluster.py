@@ -41,9 +41,9 @@ print(json.dumps({"code": code, "seconds": time.perf_counter() - started,
 
 def synthetic_run(root: Path, seeds: int, shards: int) -> Path:
     """A run directory of ``TASKS`` tasks x ``seeds`` seeds, every episode recorded once by one of ``shards`` shards."""
+    from pytest_vlaeval.benchmark.model import load_benchmark, select
     from pytest_vlaeval.results.store import fingerprint
     from pytest_vlaeval.results.subset import shard
-    from pytest_vlaeval.spec import load_benchmark, select
 
     listed = "\n".join(f"  - {{env_id: Task{i}-v0, split: main, max_steps: 100}}" for i in range(TASKS))
     yaml = root / "bench.yaml"

@@ -187,8 +187,8 @@ def measure(unit: Unit, render_request: str) -> dict[str, Any]:
         prepare(render_request)
     from mikasa_robo_suite.vla import benchmarking
 
+    from pytest_vlaeval.benchmark.model import resolve_benchmark
     from pytest_vlaeval.envs import vulkan
-    from pytest_vlaeval.spec import resolve_benchmark
 
     spec, _ = resolve_benchmark("mikasa")
     task = spec.task(unit.task)

@@ -151,8 +151,8 @@ def reference_main(tasks: list[str], episodes: int) -> None:
     import mikasa_robo_suite.vla.memory_envs  # noqa: F401  (registers the env ids)
     from mikasa_robo_suite.vla import benchmarking
 
+    from pytest_vlaeval.benchmark.model import resolve_benchmark
     from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
-    from pytest_vlaeval.spec import resolve_benchmark
 
     # The reference's make_benchmark_env asks for the default (CUDA) render device; the one
     # change the CPU path needs is naming the backend, as the plugin's env factory does.

@@ -169,7 +169,7 @@ names = "torch numpy scipy h5py cv2 matplotlib imageio lxml networkx huggingface
 names += " tqdm tabulate pytest xdist yaml rich msgpack PIL packaging psutil pynvml"
 names += " gymnasium sapien mani_skill mikasa_robo_suite msgspec jinja2 websockets"
 # The package's modules that import its dependencies (its top level imports none of them).
-names += " pytest_vlaeval.spec pytest_vlaeval.envs.mikasa pytest_vlaeval.controller.plugin"
+names += " pytest_vlaeval.benchmark.model pytest_vlaeval.envs.mikasa pytest_vlaeval.controller.plugin"
 for name in names.split():
     try:
         importlib.import_module(name)

@@ -68,8 +68,14 @@ def benchmark_data() -> dict[str, Any]:
         "episode_extras": [{"field": "max_reward", "reduce": "mean", "summary": "avg_max_reward"}],
         "lerobot": {
             "env_type": "libero",
+            # LeRobot's names (its features_map, after its LIBERO env processor, which flattens
+            # robot_state into the 8 floats of observation.state)
+            "features": {
+                "pixels.image": "observation.images.image",
+                "pixels.image2": "observation.images.image2",
+                "robot_state": "observation.state",
+            },
             "group_names": libero["lerobot"]["group_names"],
-            "cameras": ["image", "image2"],
         },
         "protocol": {"start_seed": 1000, "episodes": 50},
         "axes": libero["axes"],

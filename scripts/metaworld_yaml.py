@@ -203,9 +203,16 @@ def benchmark_data() -> dict[str, Any]:
         "mean_of_groups": "difficulty",
         "episode_extras": [{"field": "max_reward", "reduce": "mean", "summary": "avg_max_reward"}],
         # LeRobot's env (lerobot-eval --env.type=metaworld), whose processors a lerobot:PATH policy
-        # uses; its eval_info.json names a task by its difficulty group and its index there
-        # (--env.task=easy,medium,...), or, run alone, by its name (--env.task=push-v3 or metaworld-push-v3).
-        "lerobot": {"env_type": "metaworld", "task_group": "difficulty", "single_task_prefixes": ["", "metaworld-"]},
+        # uses, and the names it reads the observations by (its features_map: the one image is
+        # observation.image); its eval_info.json names a task by its difficulty group and its index
+        # there (--env.task=easy,medium,...), or, run alone, by its name (--env.task=push-v3 or
+        # metaworld-push-v3).
+        "lerobot": {
+            "env_type": "metaworld",
+            "features": {"pixels": "observation.image", "agent_pos": "observation.state"},
+            "task_group": "difficulty",
+            "single_task_prefixes": ["", "metaworld-"],
+        },
         "protocol": {"start_seed": 1000, "episodes": 10},
         "axes": [
             {"field": "split", "label": "split"},

@@ -8,8 +8,8 @@
 # with --lerobot, `vlaeval install lerobot --system-deps`: LeRobot's interpreter there, made with a
 # Python 3.12 or 3.13 the machine has (about 3.5 minutes and 5.8 GB the first time).
 #
-# Usage: scripts/setup.sh [--STACK ...], STACK one of `vlaeval install --list` (the built-in
-# benchmarks' stacks, from their files' install sections, and lerobot).
+# Usage: scripts/setup.sh [--STACK ... | --all], STACK one of `vlaeval install --list` (the built-in
+# benchmarks' stacks, from their files' install sections, and lerobot); --all: every one of them.
 #
 # Environment: VLAEVAL_VENV (default .venv), PYTHON (default python3.11, else python3.10 or python3),
 # VLAEVAL_ASSET_DIR (a folder holding the asset, instead of its pinned URL).
@@ -21,10 +21,12 @@ say() { printf '[setup] %s\n' "$*"; }
 
 stacks=(mikasa pusht)  # what the test suite needs; the others on request
 extra=()
+all=false
 for arg in "$@"; do
     case "$arg" in
+        --all) all=true ;;
         --*) extra+=("${arg#--}") ;;
-        *) echo "usage: scripts/setup.sh [--STACK ...]" >&2; exit 2 ;;
+        *) echo "usage: scripts/setup.sh [--STACK ... | --all]" >&2; exit 2 ;;
     esac
 done
 
@@ -51,12 +53,17 @@ else
     echo "$wanted" >"$stamp"
 fi
 known=$("$VENV/bin/vlaeval" install --list)
+if $all; then
+    mapfile -t extra <<<"$known"
+fi
 for stack in "${extra[@]}"; do
     if ! grep -qx -- "$stack" <<<"$known"; then
-        echo "usage: scripts/setup.sh [--STACK ...]; STACK one of:" $known >&2
+        echo "usage: scripts/setup.sh [--STACK ... | --all]; STACK one of:" $known >&2
         exit 2
     fi
-    stacks+=("$stack")
+    if [[ " ${stacks[*]} " != *" $stack "* ]]; then
+        stacks+=("$stack")
+    fi
 done
 for stack in "${stacks[@]}"; do
     "$VENV/bin/vlaeval" install "$stack" --system-deps

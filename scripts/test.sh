@@ -3,9 +3,11 @@
 # short LIBERO, LIBERO-PRO, Push-T and Meta-World ones, LeRobot checkpoints in LeRobot's interpreter).
 # The cases marked long are left out unless --long is given (`./scripts/test.sh --long -m long` runs
 # only them, as CI does after this command). --durations=10: the ten slowest, in every log.
+# Two xdist workers, a file's cases on one (its module fixtures made once): most cases wait on the
+# sessions, servers and simulators they start, so two keep two cores busy; `-n 0` runs serially.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh --libero --metaworld --aloha --lerobot
+./scripts/setup.sh --all  # every stack `vlaeval install --list` names
 ./scripts/install_browser.sh
 ./scripts/install_cluster_tools.sh
-exec .venv/bin/python -m pytest --durations=10 "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=10 "$@"

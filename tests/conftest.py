@@ -16,14 +16,22 @@ LEFT_OUT = pytest.StashKey[int]()
 
 def pytest_configure(config: pytest.Config) -> None:
     """Tests that drive the simulator in-process see the same third-party noise an evaluation
-    filters (each built-in benchmark's ``env.filterwarnings``); filter it the same way."""
-    from pytest_vlaeval.spec import builtin_benchmarks, load_benchmark
+    filters (each built-in benchmark's ``env.filterwarnings``); filter it the same way. Each
+    built-in benchmark's stack is a marker (``-m libero``) for the tests that need it, so a new
+    built-in benchmark needs no line in ``pyproject.toml``."""
+    from pytest_vlaeval.benchmark.model import builtin_benchmarks, load_benchmark
 
-    noises = {
-        noise: None for path in builtin_benchmarks().values() for noise in load_benchmark(path).env.filterwarnings
-    }
+    benchmarks = [load_benchmark(path) for path in builtin_benchmarks().values()]
+    noises = {noise: None for benchmark in benchmarks for noise in benchmark.env.filterwarnings}
     for noise in noises:
         config.addinivalue_line("filterwarnings", noise)
+    titles: dict[str, list[str]] = {}
+    for benchmark in benchmarks:
+        titles.setdefault(benchmark.stack, []).append(benchmark.title or benchmark.name)
+    for stack, runs in titles.items():
+        config.addinivalue_line(
+            "markers", f"{stack}: needs the {stack} stack (`vlaeval install {stack}`), which runs {', '.join(runs)}"
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,9 +67,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 @pytest.fixture
 def fake(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """A pytester dir with ``fake.yaml`` and an importable ``fake_env`` (also for xdist workers)."""
+    """A pytester dir with ``fake.yaml``, and ``fake_env`` and ``spy_policies`` importable in the
+    sessions it starts (their workers and servers included)."""
     pytester.makefile(".yaml", fake=(HERE / "fake.yaml").read_text())
-    pytester.makepyfile(fake_env=(HERE / "fake_env.py").read_text())
+    pytester.makepyfile(
+        fake_env=(HERE / "fake_env.py").read_text(), spy_policies=(HERE / "spy_policies.py").read_text()
+    )
     pytester.syspathinsert()
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
     for name in [name for name in os.environ if name.startswith("PYTEST_XDIST_")]:

@@ -9,19 +9,23 @@ import os
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from libero_reference import Deterministic
 
+from pytest_vlaeval.benchmark.model import Selection, resolve_benchmark
+from pytest_vlaeval.envs import libero
 from pytest_vlaeval.episodes.lone import LoneEpisodes
+from pytest_vlaeval.episodes.loop import EpisodeResult, run_episode
 from pytest_vlaeval.episodes.worker import Worker
 from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.spec import Selection
 
 TESTS = Path(__file__).parent
 """The suite's root folder: the fake benchmark and the shared test modules live here."""
@@ -376,3 +380,44 @@ def together(first: Callable[[], Any], *rest: Callable[[], Any]) -> list[Any]:
     with ThreadPoolExecutor(len(rest) or 1) as pool:
         futures = [pool.submit(call) for call in rest]
         return [first(), *(future.result() for future in futures)]
+
+
+@dataclass(frozen=True)
+class OneEnvEpisode:
+    """An episode of ``libero_episodes_on_one_env``: what the policy saw and did (its digest), the
+    loop's result, and what the env did to reach the episode's start."""
+
+    seed: int
+    digest: dict
+    result: EpisodeResult
+    replayed_resets: int
+    reseeded: bool
+
+
+def libero_episodes_on_one_env(
+    benchmark: str, env_id: str, steps: int, seeds: Sequence[int]
+) -> tuple[list[OneEnvEpisode], Deterministic]:
+    """Episodes ``seeds`` of one LIBERO (or LIBERO-PRO) task, in that order, on one env, each capped
+    at ``steps`` and driven by ``libero_reference.Deterministic`` (episode index = seed): the
+    out-of-order episodes the parity tests compare with the reference. Returns them in the order
+    run, and the policy (what it was shown)."""
+    spec, _ = resolve_benchmark(benchmark)
+    task = replace(spec.task(env_id), max_steps=steps)
+    env = libero.make_env(task, spec, "auto")
+    policy = Deterministic()
+    episodes: list[OneEnvEpisode] = []
+    try:
+        for seed in seeds:
+            result = run_episode(
+                env,
+                policy,
+                task=task.env_id,
+                seed=seed,
+                episode_index=seed,
+                action_dim=spec.env.action_dim,
+                policy_obs_keys=spec.env.policy_obs_keys,
+            )
+            episodes.append(OneEnvEpisode(seed, policy.digest.result(), result, env.replayed_resets, env.reseeded))
+    finally:
+        env.close()
+    return episodes, policy

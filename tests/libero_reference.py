@@ -184,3 +184,51 @@ def reference_pro_episodes(
     finally:
         env.close()
     return results
+
+
+def reference_plus_episodes(suite_name: str, names: list[str], max_steps: int, seed: int = 7) -> dict[str, dict]:
+    """Each named LIBERO-Plus variant's one trial as LIBERO's loop runs it with LIBERO-Plus's README
+    change (``num_trials_per_task = 1``), written from that description (openpi's
+    ``examples/libero/main.py`` and OpenVLA-OFT's LIBERO evaluation script): per task a fresh
+    ``OffScreenRenderEnv`` on ``get_task_bddl_file_path`` (256x256 cameras), ``env.seed(seed)``
+    once, ``env.reset()``, ``env.set_init_state(init_states[0])``, 10 steps of ``[0]*6 + [-1]``, then
+    up to ``max_steps`` steps prompted with ``task.language``, success as soon as ``done``; nothing
+    else draws from numpy's global RNG in between, so the sensor noise draws where the runner's do.
+    The package is imported with the environment's own config (``libero_plus_setup.import_liberoplus``), which changes
+    only where it reads its files from."""
+    from pytest_vlaeval.envs.libero_plus import suite_index
+    from pytest_vlaeval.envs.libero_plus_setup import import_liberoplus
+
+    _, OffScreenRenderEnv = import_liberoplus()
+    suite, index_by_name = suite_index(suite_name)
+    results = {}
+    for name in names:
+        index = index_by_name[name]
+        task = suite.get_task(index)
+        init_states = suite.get_task_init_states(index)
+        env = OffScreenRenderEnv(
+            bddl_file_name=suite.get_task_bddl_file_path(index), camera_heights=256, camera_widths=256
+        )
+        env.seed(seed)
+        try:
+            env.reset()
+            raw = env.set_init_state(init_states[0])
+            for _ in range(WAIT_STEPS):
+                raw, _, _, _ = env.step(WAIT_ACTION)
+            digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
+            episode_return, success = 0.0, False
+            for step in range(max_steps):
+                obs = {**flipped(raw), "instruction": task.language}
+                digest.observe(obs)
+                action = deterministic_action(obs, step)
+                digest.act(action)
+                raw, reward, done, _ = env.step(action.tolist())
+                episode_return += float(reward)
+                if done:
+                    success = True
+                    break
+            digest.outcome(success, episode_return, digest.steps)
+            results[name] = digest.result()
+        finally:
+            env.close()
+    return results

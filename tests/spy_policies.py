@@ -1,25 +1,116 @@
-"""Policies for the tests that run in-process (importable as ``spy_policies:NAME``)."""
+"""Policies the tests run by name (``--policy=spy_policies:NAME``): importable in the suite's
+process (``pythonpath``) and, as the ``fake`` fixture copies this file, in the sessions it starts."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
 
-class Slow:
-    """Zero actions, 0.15 s each: episodes long enough to cancel or kill a session midway."""
+class Zero:
+    """Zero actions: fails every episode of the fake benchmark."""
 
     chunk_size = 1
 
     def reset(self, episode) -> None:
         pass
 
-    def act(self, obs):
-        import time
-
-        time.sleep(0.15)
+    def act(self, obs) -> np.ndarray:
         return np.zeros(7)
+
+
+class Slow(Zero):
+    """Zero actions, 0.2 s each, each marked by touching ``acting-<pid>`` in the working directory:
+    episodes long enough to cancel or kill a session midway, and a worker seen inside a step."""
+
+    def act(self, obs) -> np.ndarray:
+        Path(f"acting-{os.getpid()}").touch()
+        time.sleep(0.2)
+        return super().act(obs)
+
+
+class Stubborn(Slow):
+    """``Slow``, but it swallows Ctrl-C in a step (touching ``interrupt-swallowed``) and never returns."""
+
+    def act(self, obs) -> np.ndarray:
+        try:
+            return super().act(obs)
+        except KeyboardInterrupt:
+            Path("interrupt-swallowed").touch()
+            while True:
+                time.sleep(1)
+
+
+class SlowSuccess(Zero):
+    """Succeeds on every seed of the fake benchmark, 0.05 s a step: a run long enough to kill midway."""
+
+    def act(self, obs) -> np.ndarray:
+        time.sleep(0.05)
+        return np.full(7, 0.99)
+
+
+class StopOnGamma(Zero):
+    """Ctrl-C as it is reset for a ``Gamma-v0`` episode: a session interrupted after Alpha and Beta."""
+
+    def reset(self, episode) -> None:
+        if episode.task == "Gamma-v0":
+            raise KeyboardInterrupt
+
+
+class CrashesOnBeta(Zero):
+    """Raises as it is reset for a ``Beta-v0`` episode: an error, where Alpha's are failures."""
+
+    def reset(self, episode) -> None:
+        if episode.task == "Beta-v0":
+            raise RuntimeError("the policy fell over")
+
+
+class FailsFirst(Zero):
+    """Raises on its first reset only: an error its worker's retry gets past."""
+
+    def __init__(self) -> None:
+        self.resets = 0
+
+    def reset(self, episode) -> None:
+        self.resets += 1
+        if self.resets == 1:
+            raise RuntimeError("transient")
+
+
+class CachedAction:
+    """The same array object every step, which the fake env zeroes in place on its next reset."""
+
+    chunk_size = 1
+
+    def __init__(self) -> None:
+        self.action = np.full(7, 0.95, dtype=np.float32)
+
+    def reset(self, episode) -> None:
+        pass
+
+    def act(self, obs) -> np.ndarray:
+        return self.action
+
+
+class ObservationLog:
+    """Zero chunks of two; appends what each call was shown (observation keys, instruction, the
+    episode's info) to the JSON-lines file ``$SPY_LOG``, for a test that reads it after the session."""
+
+    chunk_size = 2
+
+    def reset(self, episode) -> None:
+        self.episode = episode.to_dict()
+
+    def act(self, obs: dict) -> np.ndarray:
+        seen = {"keys": sorted(obs), "instruction": obs["instruction"], "episode": self.episode}
+        with open(os.environ["SPY_LOG"], "a") as log:
+            log.write(json.dumps(seen) + "\n")
+        return np.zeros((2, 7))
 
 
 class Spy:
@@ -112,8 +203,6 @@ class ThreadsSeen(EpisodeMemory):
     """``EpisodeMemory`` whose config says what thread pools its process gave it."""
 
     def __init__(self) -> None:
-        import os
-
         import torch
 
         self.config = {"omp": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads()}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,7 +99,6 @@ def test_a_policy_object_run_resumes_and_reruns_under_its_own_identity(fake: pyt
 
 
 def test_a_spec_string_and_a_served_class_give_the_same_results(fake: pytest.Pytester) -> None:
-    fake.makepyfile(spy_policies=(Path(__file__).parent / "spy_policies.py").read_text())
     from spy_policies import EpisodeMemory
 
     by_spec = pytest_vlaeval.evaluate("spy_policies:EpisodeMemory", "fake.yaml:short", results="evals")

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from helpers import assert_one_line_usage_error, episode_records, read_json, run_dir
 
+from pytest_vlaeval.benchmark.model import load_benchmark, select
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.canonical import grid_summary
-from pytest_vlaeval.spec import load_benchmark, select
 
 HERE = Path(__file__).parent
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,32 @@ def test_merge_names_only_the_missing_shards_that_hold_episodes(
     assert named == [str(i) for i in range(2, int(expected.group(2)) + 1)], out
 
 
+def test_merge_checks_the_benchmark_file_a_received_run_keeps_before_writing(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The copy a run keeps is a benchmark file like any other: one whose axis would write over
+    the summary's ``sr_split`` stops the merge in one line naming the file, and nothing is written."""
+    fake.runpytest(*SHORT, "--episodes=1")
+    directory = run_dir(fake)
+    kept = directory / "benchmark.yaml"
+    kept.write_text(kept.read_text().replace("summary: sr_per_memory_type}", "summary: sr_split}"))
+    before = {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    assert vlaeval(["merge", str(directory)]) == 2
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1 and str(kept) in out, out
+    assert "would write over the key 'sr_split' of summary.json" in out
+    assert {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()} == before
+
+
+def test_merge_shows_the_split_sr_as_a_session_does(fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run without a completed episode has no split SR: "-" from both, never "None"."""
+    session = fake.runpytest("--benchmark=fake.yaml:extra", "--vla-tasks=BrokenSim-v0", "--episodes=1")
+    session.stdout.fnmatch_lines(["episodes: 0 completed, 1 errors, 0 missing of 1; split SR -; *"])
+    assert vlaeval(["merge", str(run_dir(fake))]) == 0
+    assert "episodes: 0 completed, 1 errors, 0 missing of 1; split SR -\n" in capsys.readouterr().out
+
+
 def test_merge_judges_the_whole_run_against_a_baseline(fake: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
     """The array's merge is where a sharded run meets its gate: the verdict in the merged run's
     files, the exit status a CI job reads, and a bad baseline refused before anything is written."""
@@ -146,24 +174,45 @@ def test_merge_leaves_out_records_of_other_episodes_in_bounded_memory(
     assert read_json(fake.path / "merged" / "summary.json")["n_completed"] == 2
 
 
-def test_merge_refuses_a_huge_sparse_log_in_one_line_and_copies_none_of_it(
-    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fake.runpytest(*SHORT, "--episodes=1")
+MEASURED = """
+import json, resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"code": done.returncode, "peak": peak, "out": done.stdout + done.stderr}))
+"""
+"""Runs its arguments as a child, the only one: its peak resident memory is that child's."""
+
+
+def merge_process(*args: str) -> tuple[int, int, str]:
+    """A real ``vlaeval merge ARGS`` process: its exit status, its peak resident memory and its output."""
+    command = [sys.executable, "-c", MEASURED, sys.executable, "-m", "pytest_vlaeval", "merge", *args]
+    measured = json.loads(subprocess.run(command, capture_output=True, text=True, check=True, timeout=300).stdout)
+    return measured["code"], measured["peak"], measured["out"]
+
+
+def test_merge_passes_over_a_line_too_long_to_be_a_record_in_bounded_memory(fake: pytest.Pytester) -> None:
+    """A torn line of 512 MiB (sparse zero bytes: no disk space) amid a log's records: merged into
+    another directory or in place, it is named in one line, never read whole (reading 256 MiB of it
+    to refuse it cost the merge half a gigabyte) nor copied, and the records around it are kept."""
+    fake.runpytest(*SHORT, "--episodes=2")
     directory = run_dir(fake)
-    huge = directory / "episodes" / "huge.jsonl"
-    with huge.open("wb") as f:
-        f.truncate(3 * 2**30)  # 3 GiB of zero bytes, no disk space
-    capsys.readouterr()
+    code, plain, _ = merge_process(str(directory), "--out", str(fake.path / "plain"))
+    assert code == 0
+    (log,) = (directory / "episodes").glob("*.jsonl")
+    records = log.read_bytes().splitlines(keepends=True)
+    with log.open("wb") as f:
+        f.write(b"".join(records[:2]))
+        f.seek(2 * MAX_LINE_BYTES, 1)
+        f.write(b"\n" + b"".join(records[2:]))
+    warning = f"{log} line 3 passed over: longer than {MAX_LINE_BYTES // 2**20} MiB, so no episode record"
     for out in (fake.path / "merged", directory):  # another directory, then in place
-        code, peak = merged_within(str(directory), "--out", str(out))
-        assert code == 2 and peak < 3 * MAX_LINE_BYTES
-        printed = capsys.readouterr().out
-        assert (
-            printed.count("\n") == 1
-            and f"{huge} line 1 is not an episode record (longer than {MAX_LINE_BYTES // 2**20} MiB)" in printed
-        )
-    assert (fake.path / "merged" / "episodes" / "huge.jsonl").stat().st_size == 0
+        code, peak, printed = merge_process(str(directory), "--out", str(out))
+        assert code == 0 and peak < plain + 64 * 2**20, (peak, plain)
+        assert [line for line in printed.splitlines() if "passed over" in line] == [
+            f"{warning} (none is written so long); the log's other lines are read"
+        ], printed
+        assert read_json(out / "summary.json")["n_completed"] == 4
+    assert (fake.path / "merged" / "episodes" / log.name).read_bytes() == b"".join(records), "none of it copied"
 
 
 def received_log_of_other_episodes(directory: Path, records: int) -> Path:

@@ -16,6 +16,7 @@ from helpers import assert_one_line_usage_error, run_dir
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pytest_vlaeval.benchmark.model import load_benchmark, select
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.merge import selection_of
@@ -25,7 +26,6 @@ from pytest_vlaeval.results.record import EpisodeRecord, parse_record, record_li
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import RunStore, write_json_atomic
 from pytest_vlaeval.results.subset import read_episode_list
-from pytest_vlaeval.spec import load_benchmark, select
 from pytest_vlaeval.strict_json import MAX_DEPTH, dumps, loads
 
 SHORT = ["--benchmark=fake.yaml:short", "--episodes=2", "-p", "no:cacheprovider"]

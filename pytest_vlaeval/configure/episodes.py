@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_vlaeval.configure.options import serves
+from pytest_vlaeval.benchmark.model import Selection
+from pytest_vlaeval.configure.options import may_serve
 from pytest_vlaeval.episodes.collect import BenchmarkCollection, EpisodeReports, Plan
 from pytest_vlaeval.episodes.lockstep_groups import LockstepGroups
 from pytest_vlaeval.episodes.lone import LoneEpisodes
@@ -15,7 +16,6 @@ from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.episodes.worker import Worker
 from pytest_vlaeval.policy.loading import parse_policy
 from pytest_vlaeval.run_context import RunContext
-from pytest_vlaeval.spec import Selection
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import PolicySpec
@@ -40,11 +40,12 @@ def runner(run: RunContext, policy: PolicySpec) -> EpisodeRunner:
 
 
 def policy_to_run(config: pytest.Config, run: RunContext, served_here: str | None) -> PolicySpec:
-    """What this process's episodes build: the run's policy, or under ``--vla-serve`` the session's
-    server (started here, or reaching an xdist worker through its ``workerinput``; none under ``--co``)."""
-    if not serves(config, run.policy):
+    """What this process's episodes build: the run's policy, or the session's server where the
+    controller serves it (started here, or reaching an xdist worker through its ``workerinput``;
+    none under ``--co``, nor where the policy runs beside the env)."""
+    if not may_serve(run.policy, config):
         return run.policy
-    from pytest_vlaeval.serving.url import SERVED_URL_KEY  # serving code loads only when a session serves
+    from pytest_vlaeval.serving.url import SERVED_URL_KEY  # serving code loads only when a session may serve
 
     served = served_here or getattr(config, "workerinput", {}).get(SERVED_URL_KEY)
     return parse_policy(served) if served else run.policy

@@ -3,28 +3,27 @@ it is built, and the checks that span groups here."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib.util
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import pytest
 
+from pytest_vlaeval.benchmark.model import Benchmark, resolve_benchmark, select
 from pytest_vlaeval.distribute.indexed import AUTO, shard_from_environment
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.gate.settings import GateSettings
-from pytest_vlaeval.policy.lerobot_checkpoint import check_checkpoint
-from pytest_vlaeval.policy.loading import LeRobotCheckpoint, LocalPolicy, parse_local_policy, parse_policy
+from pytest_vlaeval.policy.loading import parse_local_policy, parse_policy
 from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.rundir import checked_run_name
 from pytest_vlaeval.results.store import run_dir_name
 from pytest_vlaeval.results.subset import RERUN_MODES, parse_shard, read_episode_list, shard, still_to_run
 from pytest_vlaeval.run_context import Execution, RunContext, Subset, reference_order_refusal
-from pytest_vlaeval.spec import Benchmark, resolve_benchmark, select
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import PolicySpec
+    from pytest_vlaeval.policy.sources import PolicySource
 
 
 def run_context(config: pytest.Config, on_worker: bool) -> RunContext:
@@ -39,14 +38,14 @@ def run_context(config: pytest.Config, on_worker: bool) -> RunContext:
         env_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
         start_seed=config.getoption("vla_start_seed"),
         episodes=config.getoption("episodes"),
+        control_arm=config.getoption("vla_control_arm"),
     )
     policy = _policy(config, benchmark)
     results_root = Path(config.getoption("vla_results") or config.getini("vla_results"))
     if not results_root.is_absolute():
         results_root = config.invocation_params.dir / results_root
-    run_name = config.getoption("vla_run_name") or run_dir_name(selection, policy.identity)
-    if run_name in (".", "..") or "/" in run_name or os.sep in run_name:
-        raise SpecError(f"--vla-run-name {run_name!r}: expected a directory name, not a path")
+    given = config.getoption("vla_run_name")
+    run_name = checked_run_name(given) if given else run_dir_name(selection, policy.identity)
     rerun, shard_arg, from_scheduler, listed = _subset_options(config, on_worker)
     if config.getoption("vla_reference_order"):
         _check_whole_sequences(config, rerun, shard_arg)
@@ -125,71 +124,30 @@ def _gate_settings(config: pytest.Config) -> GateSettings:
 
 
 def _policy(config: pytest.Config, benchmark: Benchmark) -> PolicySpec:
-    """``--vla-serve``'s or ``--policy``'s spec, parsed; a typo'd module or an unusable LeRobot
-    checkpoint is caught before any worker starts."""
+    """``--vla-serve``'s or ``--policy``'s spec, parsed; a local one is checked against the
+    benchmark (a typo'd module, an unusable checkpoint) before any worker starts."""
     served = config.getoption("vla_serve")
     if served and config.getoption("policy"):
         raise SpecError("--vla-serve serves the policy it names; it does not combine with --policy")
     text = served or config.getoption("policy") or config.getini("vla_policy")
     option = "--vla-serve" if served else "--policy"
-    local = served or "://" not in text
-    policy = parse_local_policy(text, benchmark.lerobot.env_type, option) if local else parse_policy(text)
-    if isinstance(policy, LocalPolicy):
-        _check_importable(policy)
-    if isinstance(policy, LeRobotCheckpoint):
-        check_checkpoint(policy, benchmark)
-    if config.getoption("vla_serve_python") and not serves(config, policy):
+    policy: PolicySpec
+    if served or "://" not in text:
+        source = parse_local_policy(text, option, benchmark)
+        source.check(benchmark)
+        policy = source
+    else:
+        policy = parse_policy(text)
+    if config.getoption("vla_serve_python") and not may_serve(policy, config):
         raise SpecError("--vla-serve-python names the interpreter a served policy runs in: add --vla-serve=SPEC")
     return policy
 
 
-def serves(config: pytest.Config, policy: PolicySpec) -> bool:
-    """Whether the session serves its policy from a server process of its own: ``--vla-serve``, or
-    a policy that runs in an interpreter of its own (a LeRobot checkpoint)."""
-    return bool(config.getoption("vla_serve")) or isinstance(policy, LeRobotCheckpoint)
-
-
-def _check_importable(policy: LocalPolicy) -> None:
-    """Whether the module exists and binds the name, read without importing the user's module."""
-    try:
-        found = importlib.util.find_spec(policy.module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        raise SpecError(
-            f"{policy.option} {policy.text!r}: module {policy.module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
-        )
-    names = _top_level_names(found.origin)
-    if names is not None and policy.attr not in names:
-        raise SpecError(
-            f"{policy.option} {policy.text!r}: module {policy.module!r} ({found.origin}) defines no {policy.attr!r}"
-        )
-
-
-def _top_level_names(origin: str | None) -> set[str] | None:
-    """The names a Python source file binds at module level, read without running it; None when
-    that cannot be known statically (not a source file, a star import, a module ``__getattr__``)."""
-    if not origin or not origin.endswith(".py"):
-        return None
-    try:
-        tree = ast.parse(Path(origin).read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return None  # importing it will say what is wrong, in the episode's error
-    names: set[str] = set()
-    pending: list[ast.AST] = list(tree.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            continue  # their bodies bind names in their own scope
-        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
-            return None
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        pending.extend(ast.iter_child_nodes(node))
-    return None if "__getattr__" in names else names
+def may_serve(policy: PolicySpec, config: pytest.Config) -> TypeGuard[PolicySource]:
+    """Whether the session may serve its policy from a server process of its own: ``--vla-serve``,
+    or a policy that runs in an interpreter of its own (which the controller serves unless it runs
+    beside the env: ``distribute.policy_placement``). Either is a source, never a server's address."""
+    return bool(config.getoption("vla_serve")) or policy.interpreter is not None
 
 
 def narrowed(run: RunContext, records: LatestRecords) -> RunContext:

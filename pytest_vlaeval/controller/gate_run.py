@@ -1,18 +1,18 @@
-"""The gate over one session: the fixed or the sequential gate as configured, the verdict once
-the session ends, and after an early stop the command that completes the run. The controller
-asks it; nothing outside sets the gate's fields."""
+"""What a session adds to its gate (``gate.protocol.Gate``): after an early stop the command
+that completes the run, the verdict once the session ends, with what the baseline was made with
+where that is another stack than this run's (``results.made_with``), and the exit status it gives.
+The controller asks it; nothing outside sets its fields."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-
 import pytest
 
-from pytest_vlaeval.gate.baseline import Baseline
-from pytest_vlaeval.gate.fixed import FixedGate
-from pytest_vlaeval.gate.sequential_gate import SequentialGate
-from pytest_vlaeval.gate.stats import Outcomes
+from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.gate.protocol import Gate
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED, FAIL, UNDECIDED, Verdict
+from pytest_vlaeval.printable import terminal_safe
+from pytest_vlaeval.results.made_with import MadeWith, baseline_made_with, gate_note, made_with
+from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.schema import TaskResult
 
 JUDGED_BY_THE_GATE = (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
@@ -21,60 +21,42 @@ that selected nothing (``--vla-rerun=errors`` on a complete run) just re-judges 
 
 
 class GateRun:
-    def __init__(self, configured: FixedGate | SequentialGate | None) -> None:
-        self.fixed = configured if isinstance(configured, FixedGate) else None
-        self.sequential = configured if isinstance(configured, SequentialGate) else None
+    def __init__(self, gate: Gate, run: RunDir) -> None:
+        """``run``: this session's run, whose record the baseline's is held against. A baseline's
+        fingerprint this package did not write stops the session now, in one line."""
+        self.gate = gate
+        self.run = run
+        try:
+            self._baseline_made_with = baseline_made_with(gate.baseline.directory) if gate.baseline else None
+        except SpecError as exc:
+            raise pytest.UsageError(terminal_safe(f"--vla-baseline: {exc}")) from None
         self.verdict: Verdict | None = None
         """The verdict, once the session ends."""
         self.resume_command: str | None = None
-        """The command that completes the run, once the sequential gate stopped the session early."""
-
-    @property
-    def baseline(self) -> Baseline | None:
-        return self.fixed.baseline if self.fixed else self.sequential.baseline if self.sequential else None
+        """The command that completes the run, once the gate stopped the session early."""
 
     @property
     def stopped_early(self) -> bool:
         return self.resume_command is not None
 
-    def start_lines(self) -> list[str]:
-        gate = self.fixed or self.sequential
-        return gate.start_lines() if gate is not None else []
-
-    def schedule(self, seed: int) -> None:
-        if self.sequential:
-            self.sequential.schedule(seed)
-
-    def settle(self, seed: int, outcomes: Callable[[], Mapping[str, Outcomes]]) -> tuple[list[str], bool]:
-        """An episode settled: the lines of the looks it completed (with their chance of
-        deciding), and whether the session should stop: no episode can change the sequential
-        verdict, and episodes are still to run."""
-        if not self.sequential:
-            return [], False
-        looked = len(self.sequential.looks)
-        settled = self.sequential.settle(seed, outcomes)
-        new = self.sequential.looks[looked:]
-        gate = self.sequential
-        return [gate.look_line(look) for look in new if gate.open_with_budget(look)], settled
-
-    def stop(self, resume_command: str) -> str:
-        """Stop early; the reason pytest is given."""
-        assert self.sequential is not None
+    def stop(self, resume_command: str) -> None:
+        """The gate stopped the session early; ``resume_command`` completes the run."""
         self.resume_command = resume_command
-        gate = self.sequential
-        if gate.outcome == UNDECIDED:
-            return f"{UNDECIDED}: {gate.short_baseline}"
-        return f"{gate.outcome}: the sequential gate's verdict is settled"
 
     def judge(self, unreported: int, per_task: list[TaskResult]) -> Verdict | None:
         """The verdict as the session ends; after an early stop, the ``unreported`` episodes were
         not needed (neither errors nor lost)."""
-        if self.sequential is not None:
-            saved = unreported if self.stopped_early else None
-            self.verdict = self.sequential.result(saved, self.resume_command)
-        elif self.fixed is not None:
-            self.verdict = self.fixed.judge(per_task)
+        verdict = self.gate.judge(per_task, unreported, self.resume_command)
+        note = self.made_with_note()
+        self.verdict = verdict.made_with(note) if verdict is not None and note else verdict
         return self.verdict
+
+    def made_with_note(self, run: MadeWith | None = None) -> str | None:
+        """What the baseline was made with where that is another stack than this run's (``run``:
+        as the run's files say now, by default), or unknown; None without a baseline."""
+        if self.gate.baseline is None:
+            return None
+        return gate_note(run or made_with(self.run.path), self._baseline_made_with)
 
     def exit_status(self, status: int, errored: bool, undecided_exit: int) -> int:
         """6 on FAIL, ``--vla-undecided-exit`` on UNDECIDED; on PASS, 1 if an episode of this

@@ -1,11 +1,13 @@
 """Records into the run's store, held back while the run's recorded policy may still refuse this
 session: the first completed episode shows which policy the session runs, and a session refused
-for a different one leaves every file of the run as it found it."""
+for a different one leaves every file of the run as it found it, the hosts its fingerprint
+records too (this session's joins them with its first record stored)."""
 
 from __future__ import annotations
 
 from pytest_vlaeval.results.record import EpisodeRecord
 from pytest_vlaeval.results.store import RunStore
+from pytest_vlaeval.schema import Machine
 
 
 class Intake:
@@ -15,6 +17,8 @@ class Intake:
         """Records kept off the store while a recorded policy may still refuse this session."""
         self.may_refuse = store.holds_policy()
         self.claimed = False
+        self.host: Machine | None = None
+        """This session's host, until the first record it stores records it among the run's."""
 
     def add(self, record: EpisodeRecord) -> None:
         """Store ``record`` (or hold it); ``SpecError`` when it shows the run's policy is another."""
@@ -23,7 +27,7 @@ class Intake:
             self.claimed = True
         if self.claimed or not self.may_refuse:
             self.release()
-            self.store.append(record)
+            self._store(record)
         else:
             self.held.append(record)
 
@@ -32,4 +36,10 @@ class Intake:
         episode to claim it (its errors still count)."""
         held, self.held = self.held, []
         for record in held:
-            self.store.append(record)
+            self._store(record)
+
+    def _store(self, record: EpisodeRecord) -> None:
+        if self.host is not None:
+            self.store.join_machines([self.host])
+            self.host = None
+        self.store.append(record)

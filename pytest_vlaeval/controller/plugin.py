@@ -11,7 +11,9 @@ session end.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Generator, Iterable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,16 +25,18 @@ from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.controller.progress import Progress, live_wanted
 from pytest_vlaeval.controller.run_writer import RunWriter
 from pytest_vlaeval.controller.terminal import completion_command, render_summary
-from pytest_vlaeval.controller.watch import EpisodeWatch, holder
-from pytest_vlaeval.distribute.backends import WorkerBackends, keep_cut_off_workers_down
+from pytest_vlaeval.distribute.backends import WorkerBackends, on_this_host
+from pytest_vlaeval.distribute.watch import EpisodeWatch
+from pytest_vlaeval.distribute.xdist_internals import holder
 from pytest_vlaeval.episodes.collect import RECORD_ATTR, EpisodeItem
 from pytest_vlaeval.episodes.deadline import HARD_FACTOR
 from pytest_vlaeval.episodes.nodeid import parse_nodeid
 from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, ResultsUnwritable, SpecError, WorkerCrash
-from pytest_vlaeval.gate.fixed import FixedGate
-from pytest_vlaeval.gate.sequential_gate import SequentialGate
-from pytest_vlaeval.gate.verdict import UNDECIDED
+from pytest_vlaeval.gate.protocol import Gate
+from pytest_vlaeval.gate.verdict import UNDECIDED, VERDICT_PREFIX
+from pytest_vlaeval.printable import terminal_safe
 from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.made_with import MadeWith, hosts_note, made_with, this_machine
 from pytest_vlaeval.results.record import EpisodeRecord, error_record, record_line
 from pytest_vlaeval.results.store import RunStore
 from pytest_vlaeval.run_context import WORKER_PLAN, RunContext
@@ -49,12 +53,12 @@ class ResultsController:
         run: RunContext,
         store: RunStore,
         latest: LatestRecords,
-        gate: FixedGate | SequentialGate | None = None,
-        workers: WorkerBackends | None = None,
+        gate: Gate,
+        workers: WorkerBackends,
     ) -> None:
         self.run = run
         self.workers = workers
-        """Where the session's workers start, and how a frozen one is ended (none: a session without xdist)."""
+        """The workers' lifecycle, which runs the frozen-worker watch of an xdist session."""
         self.store = store
         self.latest = latest
         self.ledger = Ledger(latest, run.execution.retries)
@@ -63,10 +67,11 @@ class ResultsController:
         """Each report's records as ``pytest_runtest_logreport_vet`` checked them, until the report is logged."""
         self.refused = False
         self.interrupted = False
-        self.gate_run = GateRun(gate)
-        self.writer = RunWriter(run, store, latest, self.intake, self.gate_run.baseline)
+        self.gate = gate
+        self.gate_run = GateRun(gate, store.dir)
+        self.writer = RunWriter(run, store, latest, self.intake, gate.baseline)
         self.progress = Progress(None, {}, live=False)  # replaced at session start
-        self.watch: EpisodeWatch | None = None  # started at session start
+        self.watch: EpisodeWatch | None = None  # started at session start, under xdist
         self.session: pytest.Session | None = None
 
     # -- what was scheduled --------------------------------------------------------------
@@ -82,7 +87,7 @@ class ResultsController:
         episodes = ((nodeid, key) for nodeid in nodeids if (key := parse_nodeid(nodeid)) is not None)
         for task, seed in self.ledger.schedule(episodes):
             self.progress.schedule(task)
-            self.gate_run.schedule(seed)
+            self.gate.schedule(seed)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -90,14 +95,6 @@ class ResultsController:
         node.workerinput[WORKER_PLAN] = sorted(self.run.subset.episodes)
 
     # -- who holds what --------------------------------------------------------------------
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodeready(self, node: Any) -> None:
-        """Note the worker's process, for the watch to end it if it freezes (xdist has the
-        worker's process info at hand: it is asked for once when the worker is set up)."""
-        if self.watch is not None and self.workers is not None:
-            ender = self.workers.backend_of(node.gateway.spec).end(node.gateway, self.watch.cut_off)
-            self.watch.worker_ready(node.gateway.id, ender)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         key = self.ledger.scheduled.get(nodeid)
@@ -196,13 +193,13 @@ class ResultsController:
         self.progress.settled(self.latest[(task, seed)])
         if task_done:
             self.progress.task_finished(task, self.writer.task_finished(task, interrupted=self.interrupted))
-        looks, settled = self.gate_run.settle(seed, self.latest.outcomes)
+        looks, stop = self.gate.settle(seed, self.latest.outcomes)
         for line in looks:
             self.progress.notice(line)
-        if settled and self.session is not None:
+        if stop is not None and self.session is not None:
             # Run nothing more: the affinity scheduler asks the gate; a serial session stops after this episode.
-            resume = completion_command(self.session.config.invocation_params.args, resume=True)
-            self.session.shouldstop = self.gate_run.stop(resume)
+            self.gate_run.stop(completion_command(self.session.config.invocation_params.args, resume=True))
+            self.session.shouldstop = stop
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -210,19 +207,28 @@ class ResultsController:
         self.progress = Progress(reporter, steps, live_wanted(session.config.getoption("vla_live")))
         self.progress.start()
         self.session = session
+        made = self._made_with(session.config)
+        hosts = hosts_note(made.machines, "this run's sessions")
+        gate_made_with = self.gate_run.made_with_note(made)
         if reporter is not None:
-            for line in self.gate_run.start_lines():
+            for line in self.gate.start_lines():
                 reporter.write_line(line, yellow=line.endswith(UNDECIDED), bold=True)
-        dsession = session.config.pluginmanager.get_plugin("dsession")
-        if dsession is not None:  # workers to watch
-            self.watch = EpisodeWatch(
-                self.run.execution.timeout,
-                1 + self.run.execution.retries,
-                self.progress.notice,
-                self.progress.show_stalled,
-            )
-            keep_cut_off_workers_down(dsession, self.watch.cut_off)
-            self.watch.start()
+            for line in filter(None, [hosts, gate_made_with and f"{VERDICT_PREFIX}: {gate_made_with}"]):
+                reporter.write_line(terminal_safe(line), yellow=True)
+        execution = self.run.execution
+        watch = EpisodeWatch(execution.timeout, 1 + execution.retries, self.progress.notice, self.progress.show_stalled)
+        self.watch = self.workers.start_watch(session.config, watch)
+
+    def _made_with(self, config: pytest.Config) -> MadeWith:
+        """What the run is made with once this session's host joins it, which the intake records
+        with the session's first stored episode (a session refused leaves the run as it was)."""
+        host = this_machine(self.run.selection.benchmark.install.system_packages, _workers_elsewhere(config))
+        self.intake.host = host
+        try:
+            made = made_with(self.run.run_dir)
+        except SpecError as exc:
+            raise pytest.UsageError(terminal_safe(str(exc))) from None
+        return made if host in made.machines else replace(made, machines=(*made.machines, host))
 
     def _error(self, nodeid: str, error: EpisodeError, worker: Any = None) -> EpisodeRecord:
         task, seed = self.ledger.scheduled[nodeid]
@@ -274,5 +280,17 @@ class ResultsController:
         if written is not None:
             args = config.invocation_params.args
             verdict, writer = self.gate_run.verdict, self.writer
-            render_summary(terminalreporter, *written, self.run, verdict, args, writer.files.chart, writer.unwritten)
+            hosts = hosts_note(made_with(self.run.run_dir).machines, "this run's sessions")
+            render_summary(
+                terminalreporter, *written, self.run, verdict, args, writer.files.chart, writer.unwritten, hosts
+            )
         return result
+
+
+def _workers_elsewhere(config: pytest.Config) -> bool:
+    """Whether ``--tx`` starts a worker on another host (``ssh=``, ``socket=``, ``popen//via=``):
+    this host's record then says nothing of the host that ran its episodes."""
+    import execnet
+
+    specs = getattr(config.option, "tx", None) or ()
+    return any(not on_this_host(execnet.XSpec(re.sub(r"^\d+\*", "", spec))) for spec in specs)

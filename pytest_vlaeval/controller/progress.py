@@ -61,7 +61,7 @@ class Progress:
         self.running: dict[str, None] = {}
         """Tasks with some but not all of their episodes done, in the order they started."""
         self.stalled: list[str] = []
-        """Episodes running far longer than they should (see ``controller/watch.py``)."""
+        """Episodes running far longer than they should (see ``distribute/watch.py``)."""
         self._live: Any = None
         self._proxy: LineBuffer | None = None
 

@@ -44,4 +44,4 @@ class PytestHtmlExtras:
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
         if self.writer.written is not None:
-            prefix.append(headline_table(self.writer.written[0], self.writer.run.policy_spec))
+            prefix.append(headline_table(self.writer.written[0], self.writer.run.policy.identity))

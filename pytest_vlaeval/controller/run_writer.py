@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pytest_vlaeval.controller.intake import Intake
 from pytest_vlaeval.errors import ResultsUnwritable
 from pytest_vlaeval.gate.baseline import Baseline
-from pytest_vlaeval.gate.eval_info import eval_info
 from pytest_vlaeval.gate.verdict import Verdict
+from pytest_vlaeval.lerobot.eval_info import eval_info
 from pytest_vlaeval.report.run_files import Written, write_run_files
 from pytest_vlaeval.results.canonical import finished_task, summary, write_task
 from pytest_vlaeval.results.latest import LatestRecords
@@ -85,7 +85,7 @@ class RunWriter:
                     self.store.dir,
                     body,
                     per_task,
-                    policy=self.run.policy_spec,
+                    policy=self.run.policy.identity,
                     eval_info=eval_info(self.run.selection, self.latest),
                     verdict=verdict,
                     baseline=self.baseline,

@@ -16,7 +16,7 @@ from typing import Any
 from pytest_vlaeval.gate.sequential_gate import SequentialResult
 from pytest_vlaeval.gate.verdict import FAIL, UNDECIDED, Verdict
 from pytest_vlaeval.printable import command_line, terminal_safe
-from pytest_vlaeval.report.axes import group_rates, other_numbers, summary_axes
+from pytest_vlaeval.report.axes import group_rates, interval_units, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.results.subset import unfinished_shards
 from pytest_vlaeval.run_context import RunContext
@@ -49,9 +49,12 @@ def render_summary(
     args: tuple[str, ...],
     chart: Path | None,
     unwritten: Sequence[str] = (),
+    hosts: str | None = None,
 ) -> None:
+    """``hosts``: the line saying the run's sessions ran on hosts that differ in what its floats
+    depend on (``results.made_with.hosts_note``), if they did."""
     tr = terminalreporter
-    title = f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy_spec}"
+    title = f"vlaeval: {summary['benchmark']} {summary['selected_split']} split, policy {run.policy.identity}"
     tr.write_sep("=", terminal_safe(title))
     if per_task:
         tr.write(_tables(tr, summary, per_task))
@@ -81,7 +84,7 @@ def render_summary(
         )
         for line in completion_advice(args, run, per_task):
             tr.write_line(line, bold=True)
-    tr.write_line(f"results: {run.run_dir}" + (f" (chart: {chart.name})" if chart else ""))
+    tr.write_line(f"results: {terminal_safe(str(run.run_dir))}" + (f" (chart: {chart.name})" if chart else ""))
     failed = sum(len(result["successes"]) - sum(result["successes"]) for result in per_task)
     if failed:
         tr.write_line(failed_episodes_pointer(failed, run.dir.report_html, tr.hasopt("f")))
@@ -92,10 +95,16 @@ def render_summary(
         )
     for line in unwritten:
         tr.write_line(f"not written: {line}", yellow=True, bold=True)
+    if hosts is not None:
+        tr.write_line(terminal_safe(hosts), yellow=True)
     if verdict is not None:
         outcome = verdict.outcome
         tr.write_line(
-            verdict.verdict(), green=verdict.passed, red=outcome == FAIL, yellow=outcome == UNDECIDED, bold=True
+            terminal_safe(verdict.verdict()),
+            green=verdict.passed,
+            red=outcome == FAIL,
+            yellow=outcome == UNDECIDED,
+            bold=True,
         )
 
 
@@ -147,7 +156,7 @@ def _tables(tr: Any, summary: RunSummary, per_task: list[TaskResult]) -> str:
 
     rates = Table(show_edge=False)
     rates.add_column("success rate (mean of per-task SRs)", no_wrap=True)
-    rates.add_column("SR [95% CI, seeds as clusters]", justify="right")
+    rates.add_column(f"SR [95% CI, {text(interval_units(summary))} as clusters]", justify="right")
     for axis in axes:
         for group, sr, bounds in group_rates(axis, summary):
             rates.add_row(text(f"{axis.label} {group}"), f"{pct(sr)} {interval(bounds)}")

@@ -17,6 +17,7 @@ GPU indices count the devices this process may use: the entries of an inherited
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -118,6 +119,25 @@ def detect_gpu_count() -> int:
             return 0
         return torch.cuda.device_count()
     return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+
+
+def gpu_visible(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a CUDA program started from here would see a GPU: ``CUDA_VISIBLE_DEVICES`` does not
+    hide them all (empty, or a first entry of -1), and ``nvidia-smi -L`` lists one (asked without
+    importing torch: no driver, no GPU)."""
+    hidden = environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None:
+        first = hidden.split(",")[0].strip()
+        if not first or first.startswith("-"):
+            return False
+    program = shutil.which("nvidia-smi")
+    if program is None:
+        return False
+    try:
+        listing = subprocess.run([program, "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listing.returncode == 0 and any(line.startswith("GPU ") for line in listing.stdout.splitlines())
 
 
 def visible_devices(

@@ -16,8 +16,8 @@ meanwhile.
 Variants refine this scheduler as xdist's ``loadfile`` refines ``loadscope``, one a file: the
 sequential gate's block order (``seed_blocks``), and whole tasks on one worker (``whole_tasks``).
 Under ``--vla-lockstep=K`` the unit sent is a lockstep group (K consecutive episodes of a task,
-``nodeid.lockstep_groups``): a worker gets a group whole, a tail is taken in whole groups, and a
-crashed worker's groups go back whole, so one group is one batched run.
+``nodeid.lockstep_group_positions``): a worker gets a group whole, a tail is taken in whole
+groups, and a crashed worker's groups go back whole, so one group is one batched run.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from xdist.remote import Producer
 from xdist.report import report_collection_diff
 from xdist.workermanage import WorkerController, parse_tx_spec_config
 
-from pytest_vlaeval.episodes.nodeid import lockstep_groups, task_nodeid, task_of
+from pytest_vlaeval.benchmark.model import Selection
+from pytest_vlaeval.episodes.nodeid import lockstep_group_positions, task_nodeid, task_of
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.spec import Selection
 
 
 class SchedulingVariant(Protocol):
@@ -178,7 +178,7 @@ class AffinityScheduling:
                 by_task.setdefault((task_of(nodeid), self._block(nodeid)), deque()).append(index)
             queues = [TaskQueue(task, indices, block) for (task, block), indices in by_task.items()]
             keys = [(task_of(nodeid), self._block(nodeid)) for nodeid in self.collection]
-            for members in lockstep_groups(keys, self.group_size):
+            for members in lockstep_group_positions(keys, self.group_size):
                 self.group_of.update(dict.fromkeys(members, members[0]))
             self.pool = sorted(queues, key=lambda q: (q.block, -self.steps.get(q.task, 1) * len(q.indices)))
         self._feed()

@@ -18,6 +18,8 @@ from xdist.remote import Producer
 from xdist.workermanage import WorkerController
 
 from pytest_vlaeval.distribute.scheduler import AffinityScheduling, TaskQueue
+from pytest_vlaeval.episodes.nodeid import parse_nodeid
+from pytest_vlaeval.gate.protocol import SeedBlocks
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,17 @@ class SequentialBlocks:
     """Node id -> block of seeds."""
     settled: Callable[[], bool]
     """True once no episode can add to the gate's verdict (settled, or its last look taken): send nothing more."""
-    needs: str = "--vla-sequential orders seeds in blocks"
+    needs = "--vla-sequential orders seeds in blocks"
+
+    @classmethod
+    def of(cls, gate: SeedBlocks) -> SequentialBlocks:
+        """What the scheduler needs of ``gate``: an episode's block by node id, and whether to stop sending."""
+
+        def block_of(nodeid: str) -> int:
+            key = parse_nodeid(nodeid)
+            return gate.block_of_seed(key[1]) if key else 0
+
+        return cls(block_of, lambda: gate.done)
 
     def scheduling(
         self, config: pytest.Config, log: Producer, steps: Mapping[str, float], group_size: int = 1

@@ -4,7 +4,7 @@ longer has (a test runs it against the installed xdist, so an upgrade that drops
 loudly, not in a user's session).
 
 Public hooks cover the rest: ``pytest_xdist_setupnodes`` (the backends start), ``pytest_configure_node``,
-``pytest_testnodeready``, ``pytest_xdist_make_scheduler``.
+``pytest_testnodeready`` (a worker's ender handed to the watch), ``pytest_xdist_make_scheduler``.
 """
 
 from __future__ import annotations
@@ -13,27 +13,64 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+import execnet.gateway
+import execnet.gateway_base
+import pytest
 import xdist
 import xdist.dsession
 import xdist.plugin
+import xdist.scheduler
 import xdist.workermanage
 
 SUPPORTED = "pytest-xdist 3.6 to 3.8"
 
 
 def missing() -> list[str]:
-    """The private names of xdist's modules and classes this package uses that are not there."""
-    needed = [
+    """The private names of xdist's and execnet's modules and classes this package uses that are
+    not there. A name set on each instance is looked for in its class's ``__init__``, so no
+    session or gateway has to be made to check it."""
+    on_module_or_class = [
         (xdist.plugin, "_sys_path", "the controller's sys.path, handed to local workers"),
         (xdist.workermanage, "_sys_path", "the sys.path a local worker is given"),
         (xdist.dsession.DSession, "_clone_node", "how xdist replaces a lost worker"),
+        (xdist.dsession.DSession, "report_line", "saying a cut-off worker is not replaced"),
+        (xdist.dsession.DSession, "triggershutdown", "ending a session nobody is left to run"),
+        (execnet.gateway.Gateway, "_rinfo", "a worker's process id"),
+    ]
+    on_instance = [
+        (xdist.dsession.DSession, "sched", "the session's scheduler, which says who holds an episode"),
+        (xdist.dsession.DSession, "_active_nodes", "the live workers a cut-off one is counted against"),
+        (xdist.scheduler.LoadScheduling, "node2pending", "the episodes each worker was sent"),
+        (xdist.scheduler.LoadScheduling, "collection", "the node ids those episodes index"),
+        (execnet.gateway_base.BaseGateway, "_io", "the connection cut to a frozen worker"),
     ]
     gone = [
-        f"{getattr(owner, '__name__', owner)}.{name} ({why})" for owner, name, why in needed if not hasattr(owner, name)
+        f"{owner.__name__}.{name} ({why})" for owner, name, why in on_module_or_class if not hasattr(owner, name)
+    ] + [
+        f"{owner.__name__}.{name} ({why})"
+        for owner, name, why in on_instance
+        if name not in owner.__init__.__code__.co_names
     ]
     if not all(isinstance(getattr(m, "_sys_path", None), list) for m in (xdist.plugin, xdist.workermanage)):
         gone.append("xdist's _sys_path is no longer a list")
     return gone
+
+
+def dsession(config: pytest.Config) -> Any | None:
+    """xdist's session plugin, in a session with xdist workers (None: a session without)."""
+    return config.pluginmanager.get_plugin("dsession")
+
+
+def holder(config: pytest.Config, nodeid: str) -> str | None:
+    """The id of the xdist worker that was sent ``nodeid`` and has not completed it, read from
+    the session's scheduler (this package's and xdist's load schedulers keep ``node2pending``);
+    None when it cannot be told."""
+    scheduler = getattr(dsession(config), "sched", None)
+    collection = getattr(scheduler, "collection", None) or []
+    for node, pending in getattr(scheduler, "node2pending", {}).items():
+        if any(collection[index] == nodeid for index in pending):
+            return node.gateway.id
+    return None
 
 
 def controller_sys_path() -> list[str]:

@@ -24,7 +24,7 @@ from pytest_vlaeval.errors import EnvError
 from pytest_vlaeval.results.record import number_problem
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.spec import Benchmark, Task
+    from pytest_vlaeval.benchmark.model import Benchmark, Task
 
 Reset = tuple[dict[str, Any], dict[str, Any]]
 """``(obs, info)``; ``info["language_instruction"]`` is the instruction the policy gets."""
@@ -144,7 +144,7 @@ def checked_adapter(env: Any, factory: str) -> EnvAdapter:
     return env
 
 
-EXTRA_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+EXTRA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
 
 def checked_extras(value: Any) -> dict[str, ExtraValue]:
@@ -156,7 +156,7 @@ def checked_extras(value: Any) -> dict[str, ExtraValue]:
         raise EnvError(f"env.episode_extras() returned {type(value).__name__}; expected a dict")
     extras: dict[str, ExtraValue] = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not EXTRA_NAME.match(key):
+        if not isinstance(key, str) or not EXTRA_NAME.fullmatch(key):
             raise EnvError(f"env.episode_extras() has the key {key!r}; keys are identifiers (letters, digits, _)")
         if isinstance(item, np.generic):
             item = item.item()

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.benchmark.model import Benchmark, Task
 from pytest_vlaeval.envs.mujoco_gl import RenderedIsSuccessEnv, preflight_main, set_gl_backend, simulator_problem
 from pytest_vlaeval.errors import EnvError
-from pytest_vlaeval.spec import Benchmark, Task
 
 INSTALL_HINT = "run `vlaeval install aloha` (it makes ALOHA's own interpreter)"
 CAMERA = "top"

@@ -6,6 +6,13 @@ per core and spend their time switching. Measured on a 16-core GPU machine (MIKA
 CPU physics): 8 workers stepped in 224 ms where one took 21 ms, and 40 ms once each worker's pools
 held 2 threads. A worker gets the cores it may use divided by the session's worker count (at least
 one); a serial session keeps the libraries' defaults, and a variable the user set wins.
+
+A worker that runs a torch policy beside the env (``distribute.policy_placement``) leaves torch's
+own pool at its default, the one ``lerobot-eval`` and a policy server run with: a convolution on
+the CPU rounds differently on another number of threads, so the share would make an episode's
+actions depend on ``-n``. Its OpenMP threads sleep when idle (``OMP_WAIT_POLICY=PASSIVE``)
+instead of spinning against the other workers'; measured on two cores, two workers of two threads
+each then spent at most 7% more CPU than of one, where spinning took four times as much.
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ import os
 import sys
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+TORCH_POOL = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""What torch sizes its intra-op pool by, when it is imported."""
+IDLE_THREADS = ("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def worker_threads() -> int:
@@ -22,14 +32,19 @@ def worker_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) // max(1, workers))
 
 
-def share_cpu_threads() -> None:
-    """In an xdist worker, size the math libraries' thread pools to the worker's share of the cores."""
+def share_cpu_threads(policy_beside: bool = False) -> None:
+    """In an xdist worker, size the math libraries' thread pools to the worker's share of the cores;
+    with ``policy_beside`` (a torch policy runs in this worker), all but torch's."""
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
         return
     user_set = "OMP_NUM_THREADS" in os.environ
     share = worker_threads()
     for name in THREAD_VARIABLES:
-        os.environ.setdefault(name, str(share))
+        if not (policy_beside and name in TORCH_POOL):
+            os.environ.setdefault(name, str(share))
+    if policy_beside:
+        os.environ.setdefault(*IDLE_THREADS)
+        return
     torch = sys.modules.get("torch")  # already imported (a conftest): its pool is sized already
     if torch is not None and not user_set:
         torch.set_num_threads(share)

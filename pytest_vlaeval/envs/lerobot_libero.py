@@ -1,12 +1,12 @@
 """LIBERO as LeRobot evaluates it (``lerobot-eval --env.type=libero``, LeRobot 0.6.1), behind the
 plain-Python adapter interface, in LeRobot's interpreter (``vlaeval install lerobot``).
 
-The env is LeRobot's own ``LiberoEnv`` (``lerobot/envs/libero.py``) over hf-libero, built with the
-arguments LeRobot's ``LiberoEnv`` config passes it (``envs/configs.py``): both cameras at 360x360,
-``obs_type="pixels_agent_pos"``, relative control at 20 Hz, hard resets, the task's init states,
-and the step limit of the benchmark file (LeRobot's per-suite limits). Each reset does what
-LeRobot's does: ``seed(s)`` and a hard reset (which re-samples what the init state does not
-cover from that seed), the init state, then 10 no-op steps.
+The env is LeRobot's own ``LiberoEnv`` (``src/lerobot/envs/libero.py``) over hf-libero, built with
+the arguments LeRobot's ``LiberoEnv`` config passes it (``src/lerobot/envs/configs.py``): both
+cameras at 360x360, ``obs_type="pixels_agent_pos"``, relative control at 20 Hz, hard resets, the
+task's init states, and the step limit of the benchmark file (LeRobot's per-suite limits). Each
+reset does what LeRobot's does: ``seed(s)`` and a hard reset (which re-samples what the init state
+does not cover from that seed), the init state, then 10 no-op steps.
 
 lerobot-eval gives a task's episode ``i`` the seed ``--seed + i`` and init state ``i`` (its env
 counts resets). Here the episode with seed ``s`` gets init state ``s - start_seed`` (mod the
@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.benchmark.model import Benchmark, Task
 from pytest_vlaeval.envs.adapter import Reset
 from pytest_vlaeval.envs.mujoco_gl import RenderedIsSuccessEnv, preflight_main, set_gl_backend, simulator_problem
 from pytest_vlaeval.errors import EnvError
-from pytest_vlaeval.spec import Benchmark, Task
 
 INSTALL_HINT = "run `vlaeval install lerobot` (LeRobot's interpreter, with its LIBERO env)"
 

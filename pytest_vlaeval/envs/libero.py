@@ -9,7 +9,9 @@ worker may run any episode in any order, so the adapter keeps the env's own RNG 
 after every reset, restored before the next, so a policy or library drawing from numpy's
 global RNG between resets changes nothing) and a count of resets since seeding. Episode k
 replays the resets it lacks (going backwards re-seeds first); the episode's extra field
-``replayed_resets`` shows what that cost.
+``replayed_resets`` shows what that cost. The episode's own env calls (init state, wait steps,
+steps) draw from that stream too, continued from its reset, as the harnesses' draw from the global
+RNG after theirs: LIBERO's draw nothing there, LIBERO-Plus's sensor noise does.
 
 LIBERO-PRO (``benchmarks/libero-pro.yaml``) is the same env on perturbed BDDL files, built here
 too; two env options say what differs: ``instruction_source`` (``INSTRUCTION_SOURCES``) and
@@ -30,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.benchmark.model import Benchmark, Task
 from pytest_vlaeval.envs import mujoco_gl
 from pytest_vlaeval.envs.adapter import Adapter, ExtraValue
 from pytest_vlaeval.errors import EnvError
-from pytest_vlaeval.spec import Benchmark, Task
 
 
 def set_gl_backend(render_request: str) -> str:
@@ -113,6 +115,10 @@ class LiberoEnv(Adapter):
         """Resets the last episode replayed to reach its RNG state (0 when episodes come in order)."""
         self.reseeded = False
         self._rng = self._seeded_rng()
+        self._episode_rng = self._rng
+        """The stream the episode's steps draw from: the env's, continued from its last reset. LIBERO's
+        steps draw nothing; LIBERO-Plus's sensor noise draws from numpy's global RNG at every step, so
+        episode 0 is the runner's only if they draw where the runner's do, after its reset."""
 
     def _seeded_rng(self) -> Any:
         """The global RNG state right after the harnesses' ``env.seed(S)``."""
@@ -133,15 +139,20 @@ class LiberoEnv(Adapter):
             for _ in range(self.replayed_resets + 1):
                 self.env.reset()
         self._rng, self.resets_since_seed = after[0], k + 1
-        raw = self.env.set_init_state(self.init_states[k])
-        for _ in range(self.wait_steps):
-            raw, _, _, _ = self.env.step(self.wait_action.copy())
+        self._episode_rng = self._rng
+        with numpy_rng(self._episode_rng) as after:
+            raw = self.env.set_init_state(self.init_states[k])
+            for _ in range(self.wait_steps):
+                raw, _, _, _ = self.env.step(self.wait_action.copy())
+        self._episode_rng = after[0]
         info = {"language_instruction": self.instruction, "replayed_resets": self.replayed_resets}
         return policy_obs(raw), info
 
     def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """``done`` (the task's goal predicates hold) is success and ends the episode."""
-        raw, reward, done, info = self.env.step(np.asarray(action, dtype=np.float64))
+        with numpy_rng(self._episode_rng) as after:
+            raw, reward, done, info = self.env.step(np.asarray(action, dtype=np.float64))
+        self._episode_rng = after[0]
         info = dict(info)
         info["success"] = bool(done)
         return policy_obs(raw), float(reward), bool(done), False, info

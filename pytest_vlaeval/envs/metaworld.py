@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.benchmark.model import Benchmark, Task
 from pytest_vlaeval.envs.adapter import Adapter, MaxReward, Reset, Step
 from pytest_vlaeval.envs.mujoco_gl import gl_renderer, preflight_main, set_gl_backend, simulator_problem
 from pytest_vlaeval.errors import EnvError
-from pytest_vlaeval.spec import Benchmark, Task
 
 INSTALL_HINT = "run `vlaeval install metaworld` (it makes Meta-World's own interpreter)"
 FLIPPED_CAMERA = "corner2"

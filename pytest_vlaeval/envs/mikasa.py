@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytest_vlaeval.benchmark.model import Benchmark, Task
 from pytest_vlaeval.envs import render, vulkan
 from pytest_vlaeval.envs.adapter import Adapter, ExtraValue, Step
 from pytest_vlaeval.errors import AssetMissing, EnvError, env_call
-from pytest_vlaeval.spec import Benchmark, Task
 
 
 class MikasaEnv(Adapter):

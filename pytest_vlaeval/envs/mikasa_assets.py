@@ -7,18 +7,21 @@ Imports ManiSkill only inside the check, so the asset check of another task cost
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from pytest_vlaeval.benchmark.file import ExternalAsset
 
 
-def asset_pack_problem(name: str, spec: dict[str, Any]) -> str | None:
-    """Why ManiSkill's asset pack ``spec['id']`` is missing (one line naming its downloader), or None."""
+def asset_pack_problem(name: str, asset: ExternalAsset) -> str | None:
+    """Why ManiSkill's asset pack ``asset.id`` is missing (one line naming its downloader), or None."""
     from mani_skill.utils import assets as ms_assets
 
-    if ms_assets.is_data_source_downloaded(spec["id"]):
+    if asset.id not in ms_assets.DATA_SOURCES:
+        return f"asset {name!r}: ManiSkill has no asset pack {asset.id!r} (its id)"
+    if ms_assets.is_data_source_downloaded(asset.id):
         return None
-    source = ms_assets.DATA_SOURCES[spec["id"]]
+    source = ms_assets.DATA_SOURCES[asset.id]
     where = Path(source.output_dir) / source.target_path
     return (
-        f"ManiSkill asset pack {spec['id']!r} not found at {where} (MS_ASSET_DIR chooses the root); "
-        f"get it with `python -m mani_skill.utils.download_asset {spec['id']}` ({spec.get('license', '')})"
+        f"ManiSkill asset pack {asset.id!r} not found at {where} (MS_ASSET_DIR chooses the root); "
+        f"get it with `python -m mani_skill.utils.download_asset {asset.id}` ({asset.license})"
     )

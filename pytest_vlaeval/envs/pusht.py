@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from pytest_vlaeval.benchmark.model import Benchmark, Task
 from pytest_vlaeval.envs.adapter import IsSuccessEnv
 from pytest_vlaeval.errors import EnvError
-from pytest_vlaeval.spec import Benchmark, Task
 
 ENV_ID = "gym_pusht/PushT-v0"
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_vlaeval.episodes.nodeid import lockstep_groups, split_nodeid
+from pytest_vlaeval.benchmark.model import Selection, Task
+from pytest_vlaeval.episodes.nodeid import lockstep_group_positions, split_nodeid
 from pytest_vlaeval.episodes.runner import EpisodeRunner
 from pytest_vlaeval.errors import EpisodeError, EpisodeFailed, SpecError
 from pytest_vlaeval.results.record import ERROR, EpisodeRecord
-from pytest_vlaeval.spec import Selection, Task
 
 if TYPE_CHECKING:
     from pytest_vlaeval.gate.settings import GateSettings
@@ -197,7 +197,7 @@ class BenchmarkCollection:
             return
         sequential = self.plan.sequential
         keys = [(item.task.env_id, sequential.block_of(item.index) if sequential else 0) for item in items]
-        for positions in lockstep_groups(keys, size):
+        for positions in lockstep_group_positions(keys, size):
             group = tuple((items[p].seed, items[p].index) for p in positions)
             for p in positions:
                 items[p].group = group

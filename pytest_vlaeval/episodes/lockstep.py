@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pytest_vlaeval.benchmark.model import EnvSettings
 from pytest_vlaeval.envs.adapter import EnvAdapter, ExtraValue, Step, checked_extras
 from pytest_vlaeval.envs.render import resolve_backend
 from pytest_vlaeval.episodes.loop import (
@@ -35,7 +36,6 @@ from pytest_vlaeval.episodes.loop import (
 from pytest_vlaeval.errors import EnvError, EpisodeError, EpisodeTimeout, env_call
 from pytest_vlaeval.policy.batched import BatchEpisode, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
-from pytest_vlaeval.spec import EnvSettings
 
 Reset = tuple[dict[str, Any], dict[str, Any]]
 """One row's ``(obs, info)`` after reset."""

@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pytest_vlaeval.benchmark.model import Task
 from pytest_vlaeval.episodes.deadline import deadline
 from pytest_vlaeval.episodes.lockstep import RowEnvs, SeparateEnvs, run_group, vectorized
 from pytest_vlaeval.episodes.runner import EpisodeRunner, Group, episode_record, since
 from pytest_vlaeval.episodes.worker import Worker
 from pytest_vlaeval.errors import EnvError, EpisodeError
 from pytest_vlaeval.results.record import EpisodeRecord
-from pytest_vlaeval.spec import Task
 
 
 class LockstepGroups(EpisodeRunner):

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_vlaeval.benchmark.model import Task
 from pytest_vlaeval.envs.adapter import EnvAdapter
 from pytest_vlaeval.episodes.deadline import deadline
 from pytest_vlaeval.episodes.loop import run_episode
@@ -17,7 +18,6 @@ from pytest_vlaeval.errors import EnvError, EpisodeError
 from pytest_vlaeval.policy.contract import describe_policy
 from pytest_vlaeval.results.record import EpisodeRecord
 from pytest_vlaeval.results.rundir import video_file
-from pytest_vlaeval.spec import Task
 
 
 class LoneEpisodes(EpisodeRunner):

@@ -34,7 +34,7 @@ def parse_nodeid(nodeid: str) -> tuple[str, int] | None:
     return parts[1], int(parts[2])
 
 
-def lockstep_groups(keys: Sequence[Hashable], size: int) -> list[list[int]]:
+def lockstep_group_positions(keys: Sequence[Hashable], size: int) -> list[list[int]]:
     """Positions of the session's episodes grouped for lockstep (``--vla-lockstep``):
     consecutive episodes with one key (their task, and block of the sequential gate), ``size`` at
     a time. The controller's scheduler (keys from node ids) and every worker (keys from its items)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_vlaeval.benchmark.model import Task
 from pytest_vlaeval.envs.adapter import EnvAdapter
 from pytest_vlaeval.episodes.lone import LoneEpisodes
 from pytest_vlaeval.errors import EnvError, SpecError
-from pytest_vlaeval.spec import Task
 
 
 class ReferenceOrder(LoneEpisodes):

@@ -14,11 +14,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_vlaeval.benchmark.model import Task
 from pytest_vlaeval.episodes.loop import EpisodeResult
 from pytest_vlaeval.episodes.worker import Worker
 from pytest_vlaeval.errors import EpisodeError
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, error_record, outcome_message, timestamp
-from pytest_vlaeval.spec import Task
 
 Group = Sequence[tuple[int, int]]
 """``(seed, index)`` of the episodes run together with one (itself included; itself alone but

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from pytest_vlaeval.benchmark.model import Benchmark, Selection, Task
 from pytest_vlaeval.envs import assets
 from pytest_vlaeval.envs.adapter import EnvAdapter, EnvFactory, checked_adapter
 from pytest_vlaeval.episodes.lockstep import RowEnvs
@@ -22,7 +23,6 @@ from pytest_vlaeval.importing import load_reference, split_reference
 from pytest_vlaeval.policy.batched import PolicyEngine
 from pytest_vlaeval.policy.contract import Policy
 from pytest_vlaeval.policy.loading import build_policy
-from pytest_vlaeval.spec import Benchmark, Selection, Task
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import PolicySpec
@@ -143,7 +143,7 @@ class Worker:
 
     def _check_assets(self, task: Task) -> None:
         for name in task.assets:
-            reason = assets.problem(name, self.benchmark.assets[name])
+            reason = assets.problem(name, self.benchmark.assets[name], assets.benchmark_argument(self.benchmark))
             if reason:
                 raise AssetMissing(f"{task.env_id} cannot run: {reason}")
 

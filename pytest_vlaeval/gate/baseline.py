@@ -7,7 +7,7 @@ Only the selected tasks' files are read; other files (``summary.json``, another 
 are none of the gate's business. The gate pairs episodes by seed, so a task's file must list
 ``episode_seeds`` beside ``successes``, and the baseline must share at least one seed with this
 run on every task it has. A lerobot-eval output directory (or its ``eval_info.json``) is a
-baseline too, its tasks named and its seeds known as ``gate.eval_info`` reads them.
+baseline too, its tasks named and its seeds known as ``lerobot.eval_info`` reads them.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval import strict_json
+from pytest_vlaeval.benchmark.model import Benchmark
 from pytest_vlaeval.choices import RANDOM_BREAKS
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.gate.eval_info import eval_info_location, read_eval_info
 from pytest_vlaeval.gate.methods import Method, drop_method
 from pytest_vlaeval.gate.stats import Outcomes
-from pytest_vlaeval.spec import Benchmark
+from pytest_vlaeval.lerobot.eval_info import eval_info_location, read_eval_info
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ pytest's own "N failed" is expected in any evaluation, so the verdict gets a lin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ import numpy as np
 from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.methods import Method
 from pytest_vlaeval.gate.plan import Design, Profile, baseline_profile, start_lines
+from pytest_vlaeval.gate.protocol import JudgedAtTheEnd
 from pytest_vlaeval.gate.settings import GateSettings
 from pytest_vlaeval.gate.stats import Outcomes, group_sr, mcnemar_exact, paired_seed_sums, task_outcomes
 from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, VERDICT_PREFIX
@@ -68,8 +69,9 @@ class TaskComparison:
 
 
 @dataclass(frozen=True)
-class FixedGate:
-    """The fixed gate as settled when the session starts: baseline, threshold, level and method."""
+class FixedGate(JudgedAtTheEnd):
+    """The fixed gate as settled when the session starts: baseline, threshold, level and method
+    (a ``protocol.Gate``)."""
 
     baseline: Baseline
     settings: GateSettings
@@ -126,8 +128,11 @@ class FixedGate:
     def _method_note(self) -> str:
         return f"{self.method.name}: {self.method.reason}"
 
-    def judge(self, per_task: Sequence[Mapping[str, Any]]) -> GateResult:
-        """The verdict on this run's per-task results (canonical ``TaskResult`` records)."""
+    def judge(
+        self, per_task: Sequence[Mapping[str, Any]], unreported: int = 0, resume_command: str | None = None
+    ) -> GateResult:
+        """The verdict on this run's per-task results (canonical ``TaskResult`` records); a fixed
+        gate never stops a session early, so the rest of ``Gate.judge``'s arguments say nothing to it."""
         current = {r["env_id"]: task_outcomes(r) for r in per_task}
         current = {t: o for t, o in current.items() if o}
         compared = [t for t in self.baseline.outcomes if t in current]
@@ -156,6 +161,8 @@ class GateResult:
     """Per paired seed, the mean over compared tasks of Y_base - Y_new."""
     not_run: tuple[str, ...] = ()
     """Tasks of the baseline with no completed episode in this run."""
+    made_with_note: str | None = None
+    """What the baseline was made with, where another stack than this run's (``Verdict.made_with``)."""
 
     @property
     def drop(self) -> float | None:
@@ -204,7 +211,14 @@ class GateResult:
             if not self.decidable:
                 what += f"; {len(self.drops)} paired seeds cannot show a drop above max drop at this alpha"
         missing = f"; not compared: {self.not_compared}" if self.not_compared else ""
-        return f"{VERDICT_PREFIX}: {self.outcome}: {what}{missing}; method: {self._method}, alpha {gate.alpha:g}"
+        made_with = f"; {self.made_with_note}" if self.made_with_note else ""
+        return (
+            f"{VERDICT_PREFIX}: {self.outcome}: {what}{missing}; method: {self._method}, alpha {gate.alpha:g}"
+            f"{made_with}"
+        )
+
+    def made_with(self, note: str) -> GateResult:
+        return replace(self, made_with_note=note)
 
     @property
     def _method(self) -> str:
@@ -223,4 +237,5 @@ class GateResult:
             "paired_drop": self.drop,
             "paired_drop_lower_bound": self.lower_bound,
             "not_compared": self.not_compared or None,
+            "made_with": self.made_with_note,
         }

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,7 +32,6 @@ from pytest_vlaeval.gate.verdict import FAIL, PASS, UNDECIDED, drop_verdict, min
 
 if TYPE_CHECKING:
     from pytest_vlaeval.gate.baseline import Baseline
-    from pytest_vlaeval.gate.settings import GateSettings
 
 PLAN_RHO_LEVEL = 0.25
 """One-sided level of each end of the baseline's seed correlation the plan tries (the middle half of
@@ -56,21 +55,6 @@ class Design:
     threshold: float
     min_sr: bool = False
     sequential: bool = True
-
-
-class Gate(Protocol):
-    """What the session asks of either gate (``fixed.FixedGate``, ``sequential_gate.SequentialGate``)
-    before any episode runs: its settings and baseline, what it says at the start, and what its
-    plan simulates."""
-
-    settings: GateSettings
-    baseline: Baseline | None
-
-    def start_lines(self) -> list[str]: ...
-
-    def design(self, seeds: int) -> Design: ...
-
-    def profile(self) -> Profile: ...
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ tasks. Episodes the gate did not need are not errors.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from pytest_vlaeval.gate.stats import Outcomes, group_sr, paired_seed_sums, succ
 from pytest_vlaeval.gate.verdict import PASS, UNDECIDED, VERDICT_PREFIX, drop_verdict, min_sr_verdict
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.spec import Selection
+    from pytest_vlaeval.benchmark.model import Selection
 
 CHANCE_PATHS = 200
 """Resampled paths behind a look's chance of deciding by the budget."""
@@ -65,7 +65,7 @@ class Look:
 
 @dataclass
 class SequentialGate:
-    """Counts what is pending per block, takes the looks, and says when to stop."""
+    """Counts what is pending per block, takes the looks, and says when to stop (a ``protocol.Gate``)."""
 
     settings: GateSettings
     start_seed: int
@@ -164,12 +164,20 @@ class SequentialGate:
     def schedule(self, seed: int) -> None:
         self.pending[self.block_of_seed(seed)] += 1
 
-    def settle(self, seed: int, outcomes: Callable[[], Mapping[str, Outcomes]]) -> bool:
-        """An episode of this session is settled; take every look now due, on the run's completed
-        episodes (``outcomes``: task -> seed -> success, asked for only when a look is due). True when the verdict
-        is settled, or the gate's budget spent, with the session's blocks still to run (the caller stops
-        the session and sets ``stopped``). A settled verdict is final: later episodes (in flight when
-        it was reached) add no look."""
+    def settle(self, seed: int, outcomes: Callable[[], Mapping[str, Outcomes]]) -> tuple[list[str], str | None]:
+        """An episode of this session settled: the lines of the looks it completed that left the
+        verdict open with looks to come (with their chance of deciding), and the reason to stop
+        the session when no episode can change the verdict and episodes are still to run."""
+        looked = len(self.looks)
+        stop = self._look_when_due(seed, outcomes)
+        lines = [self.look_line(look) for look in self.looks[looked:] if self.open_with_budget(look)]
+        return lines, self._stop_reason() if stop else None
+
+    def _look_when_due(self, seed: int, outcomes: Callable[[], Mapping[str, Outcomes]]) -> bool:
+        """Take every look now due, on the run's completed episodes (``outcomes``: task -> seed ->
+        success, asked for only when a look is due). True when the verdict is settled, or the
+        gate's budget spent, with the session's blocks still to run. A settled verdict is final:
+        later episodes (in flight when it was reached) add no look."""
         self.pending[self.block_of_seed(seed)] -= 1
         if self.done:
             return False
@@ -179,6 +187,16 @@ class SequentialGate:
             if self.done:
                 return any(pending > 0 for block, pending in self.pending.items() if block > look.block)
         return False
+
+    def _stop_reason(self) -> str:
+        """Why the session stops early, as pytest is told."""
+        if self.outcome == UNDECIDED:
+            return f"{UNDECIDED}: {self.short_baseline}"
+        return f"{self.outcome}: the sequential gate's verdict is settled"
+
+    def seed_blocks(self) -> SequentialGate:
+        """The gate itself: the scheduler hands out its blocks in order, and asks it whether it is ``done``."""
+        return self
 
     @property
     def done(self) -> bool:
@@ -268,9 +286,12 @@ class SequentialGate:
     def passed(self) -> bool:
         return self.outcome == PASS
 
-    def result(self, saved: int | None = None, resume_command: str | None = None) -> SequentialResult:
-        """The verdict as the session ends; ``saved`` and ``resume_command`` after an early stop."""
-        return SequentialResult(self, saved, resume_command)
+    def judge(
+        self, per_task: Sequence[Mapping[str, Any]], unreported: int = 0, resume_command: str | None = None
+    ) -> SequentialResult:
+        """The verdict as the session ends, from the looks taken (not ``per_task``); after an early
+        stop (``resume_command`` completes the run), the ``unreported`` episodes were saved."""
+        return SequentialResult(self, unreported if resume_command is not None else None, resume_command)
 
 
 @dataclass(frozen=True)
@@ -282,6 +303,8 @@ class SequentialResult:
     """Episodes the session scheduled and never ran because no episode could change the verdict (None: no early stop)."""
     resume_command: str | None = None
     """The command that completes the canonical run after an early stop."""
+    made_with_note: str | None = None
+    """What the baseline was made with, where another stack than this run's (``Verdict.made_with``)."""
 
     @property
     def stopped(self) -> bool:
@@ -304,8 +327,11 @@ class SequentialResult:
     def verdict(self) -> str:
         gate = self.gate
         alpha = gate.settings.alpha
+        made_with = f"; {self.made_with_note}" if self.made_with_note else ""
         if not gate.looks:
-            return f"{VERDICT_PREFIX}: {UNDECIDED}: no block completed; method: {self._method}, alpha {alpha:g}"
+            return (
+                f"{VERDICT_PREFIX}: {UNDECIDED}: no block completed; method: {self._method}, alpha {alpha:g}{made_with}"
+            )
         look = gate.looks[-1]
         low, high = look.interval
         label = f"{1 - alpha:.0%} {look.method.interval}"
@@ -329,8 +355,11 @@ class SequentialResult:
             rests_on = f"; {pass_rests_on(look.method, alpha, settings.threshold, settings.min_sr is not None)}"
         return (
             f"{VERDICT_PREFIX}: {look.verdict}: {what} after {len(gate.looks)} looks ({look.seeds} seeds){stop}"
-            f"{not_compared}; method: {self._method}, alpha {alpha:g}{rests_on}"
+            f"{not_compared}; method: {self._method}, alpha {alpha:g}{rests_on}{made_with}"
         )
+
+    def made_with(self, note: str) -> SequentialResult:
+        return replace(self, made_with_note=note)
 
     def as_dict(self) -> dict[str, Any]:
         """The gate's fields in ``summary.json``."""
@@ -352,4 +381,5 @@ class SequentialResult:
             "stopped_early": self.stopped,
             "episodes_saved": self.saved or 0,
             "complete_with": self.resume_command if self.stopped else None,
+            "made_with": self.made_with_note,
         }

@@ -28,7 +28,7 @@ A benchmark that gives every task the same seeds makes episodes of different tas
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 Z95 = 1.959963984540054
@@ -142,3 +142,65 @@ def mcnemar_exact(baseline_only: int, current_only: int) -> float:
     k = min(baseline_only, current_only)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2 * tail)
+
+
+TaskValues = tuple[Hashable | None, Mapping[int, float]]
+"""One task's completed episodes for an interval: the task's cluster (its group along the benchmark's
+``interval_clusters`` axis; None where the seeds are the clusters) and seed -> value (a success, or
+a paired difference in [-1, 1])."""
+
+
+def clustered_variance(tasks: Sequence[TaskValues]) -> tuple[float, float, int]:
+    """The mean of the tasks' means, its cluster-robust (linearised) variance and the number of
+    clusters. With a cluster per task (LIBERO-Plus: a base task and its variants, which share its
+    scene and init states) each cluster holds whole tasks: r_k = sum over its tasks of
+    (m_t - estimate) / T. Without, the seeds are the clusters, as in the module docstring:
+    r_s = sum_t (Y(t,s) - m_t) / (T n_t). The variance is K/(K-1) * sum_k r_k^2 (infinite for one)."""
+    tasks = [(key, values) for key, values in tasks if values]
+    means = [sum(values.values()) / len(values) for _, values in tasks]
+    estimate = sum(means) / len(tasks)
+    residuals: dict[Hashable, float] = {}
+    for (key, values), mean in zip(tasks, means, strict=True):
+        if key is not None:
+            residuals[key] = residuals.get(key, 0.0) + (mean - estimate) / len(tasks)
+            continue
+        for seed, value in values.items():
+            residuals[seed] = residuals.get(seed, 0.0) + (value - mean) / (len(tasks) * len(values))
+    clusters = len(residuals)
+    variance = clusters / (clusters - 1) * sum(r * r for r in residuals.values()) if clusters > 1 else math.inf
+    return estimate, variance, clusters
+
+
+def clustered_sr_interval(tasks: Sequence[TaskValues]) -> tuple[float, float]:
+    """The 95% interval of a mean of task SRs with the given clusters: Wilson's at the effective
+    number of independent episodes, as ``seed_clustered_interval`` (which this is where the seeds
+    are the clusters), kept between the number of clusters and of episodes, with the t quantile on
+    clusters - 1 degrees of freedom; a group of one task gets its Wilson interval."""
+    tasks = [(key, values) for key, values in tasks if values]
+    if not tasks:
+        return 0.0, 1.0
+    if len(tasks) == 1:
+        values = tasks[0][1]
+        return wilson(sum(values.values()), len(values))
+    estimate, variance, clusters = clustered_variance(tasks)
+    if clusters < 2:
+        return 0.0, 1.0
+    episodes = sum(len(values) for _, values in tasks)
+    spread = estimate * (1 - estimate)
+    effective = episodes if variance == 0 and spread > 0 else spread / variance if variance > 0 else clusters
+    effective = min(max(effective, clusters), episodes)
+    return wilson(estimate * effective, effective, t_quantile(0.975, clusters - 1))
+
+
+def clustered_difference_interval(tasks: Sequence[TaskValues]) -> tuple[float, float]:
+    """The 95% interval of a mean of per-task paired differences (each in [-1, 1]) with the given
+    clusters: estimate +- t(0.975, clusters - 1) * sqrt(variance), within [-1, 1]; [-1, 1] where
+    fewer than two clusters leave no spread to go by."""
+    tasks = [(key, values) for key, values in tasks if values]
+    if not tasks:
+        return -1.0, 1.0
+    estimate, variance, clusters = clustered_variance(tasks)
+    if clusters < 2:
+        return -1.0, 1.0
+    half = t_quantile(0.975, clusters - 1) * math.sqrt(variance)
+    return max(-1.0, estimate - half), min(1.0, estimate + half)

@@ -30,6 +30,12 @@ class Verdict(Protocol):
 
     def as_dict(self) -> dict[str, Any]: ...
 
+    def made_with(self, note: str) -> Verdict:
+        """This verdict, its line ending with ``note``: what the baseline was made with where it
+        is another stack than this run's, or unknown (``results.made_with.gate_note``). A paired
+        test assumes a seed replays an episode; on another stack it pairs only in distribution."""
+        ...
+
 
 def drop_verdict(lower: np.ndarray | float, upper: np.ndarray | float, max_drop: float) -> np.ndarray:
     """FAIL once the drop is surely above ``max_drop``, PASS once surely at or below it."""

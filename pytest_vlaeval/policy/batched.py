@@ -32,7 +32,7 @@ from pytest_vlaeval.policy.contract import (
     episode_rng,
     to_numpy,
 )
-from pytest_vlaeval.policy.loading import local_policy
+from pytest_vlaeval.policy.loading import build_policy
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.loading import PolicySpec
@@ -122,7 +122,7 @@ class PolicyEngine:
 
     def _build(self) -> Policy:
         if self.factory is None:
-            return local_policy(self.spec, self.action_dim)  # type: ignore[arg-type]  # a server's spec is local
+            return build_policy(self.spec, self.action_dim)
         return checked_policy(_call(self.factory, "factory"), self.spec.text)
 
     def _outcome(self, fn: Any, name: str, arg: Any) -> Outcome:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from pytest_vlaeval.policy.contract import EpisodeInfo, episode_rng
+from pytest_vlaeval.policy.contract import EpisodeInfo, Policy, episode_rng
 
 
 class RandomPolicy:
@@ -42,4 +43,4 @@ class ZeroPolicy:
         return np.zeros((1, self.action_dim), dtype=np.float32)
 
 
-BUILTIN_POLICIES = {"random": RandomPolicy, "zero": ZeroPolicy}
+BUILTIN_POLICIES: dict[str, Callable[[int], Policy]] = {"random": RandomPolicy, "zero": ZeroPolicy}

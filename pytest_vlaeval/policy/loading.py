@@ -1,23 +1,29 @@
 """A ``--policy`` spec, parsed once into a typed value, and the policy it names.
 
-The text is parsed here and nowhere else: a built-in name, a local ``module:attr``, or a
-server's address (``serving.url``, imported only then). A local policy is built here; an
-address is handed to ``serving``. A server builds local policies only: it never proxies another
-server.
+The text is parsed here and nowhere else: a built-in name, a local ``module:attr``, a source
+registered for its prefix (``policy.sources``), or a server's address (``serving.url``, imported
+only then). Each is built through its own ``factory``: a local policy here, an address as a client
+of its server. A server builds local policies only: it never proxies another server.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_vlaeval.errors import EpisodeError, PolicyError, SpecError
 from pytest_vlaeval.importing import load_reference, split_reference
 from pytest_vlaeval.policy.builtins import BUILTIN_POLICIES
 from pytest_vlaeval.policy.contract import Policy, checked_policy
+from pytest_vlaeval.policy.sources import Given, PolicySource, source_parser
 
 if TYPE_CHECKING:
+    from pytest_vlaeval.benchmark.model import Benchmark
     from pytest_vlaeval.serving.url import RemoteSpec
 
 
@@ -29,18 +35,24 @@ class BuiltinPolicy:
     option: str = field(default="--policy", compare=False)
     """The option it was given with, for the messages about it."""
 
+    interpreter = None
+    server_args = ()
+    holds_stacks = ()
+
     @property
     def text(self) -> str:
         return self.name
 
     @property
-    def server_args(self) -> tuple[str, ...]:
-        """What ``vlaeval serve --policy TEXT`` needs besides the text to build it: nothing."""
-        return ()
-
-    @property
     def identity(self) -> str:
         return self.name
+
+    def check(self, benchmark: Benchmark) -> None:
+        """A built-in runs on any benchmark."""
+
+    def factory(self, action_dim: int, benchmark: str) -> Callable[[], Policy]:
+        make = BUILTIN_POLICIES[self.name]
+        return lambda: make(action_dim)
 
 
 @dataclass(frozen=True)
@@ -52,57 +64,79 @@ class LocalPolicy:
     option: str = field(default="--policy", compare=False)
     """The option it was given with, for the messages about it."""
 
+    interpreter = None
+    server_args = ()
+    holds_stacks = ()
+
     @property
     def text(self) -> str:
         return f"{self.module}:{self.attr}"
 
     @property
-    def server_args(self) -> tuple[str, ...]:
-        """What ``vlaeval serve --policy TEXT`` needs besides the text to build it: nothing."""
-        return ()
-
-    @property
     def identity(self) -> str:
         return self.text
 
+    def check(self, benchmark: Benchmark) -> None:
+        """Whether the module exists and binds the name, read without importing the user's module."""
+        try:
+            found = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise SpecError(
+                f"{self.option} {self.text!r}: module {self.module!r} is not importable from {os.getcwd()} (is it installed or on sys.path?)"
+            )
+        names = _top_level_names(found.origin)
+        if names is not None and self.attr not in names:
+            raise SpecError(
+                f"{self.option} {self.text!r}: module {self.module!r} ({found.origin}) defines no {self.attr!r}"
+            )
 
-@dataclass(frozen=True)
-class LeRobotCheckpoint:
-    """``lerobot:PATH``: a LeRobot pretrained-model directory, served from LeRobot's interpreter
-    (``policy.lerobot``) with the env processors of ``env_type`` (the benchmark's LeRobot env)."""
-
-    path: Path
-    env_type: str | None = None
-    option: str = field(default="--policy", compare=False)
-    """The option it was given with, for the messages about it."""
-
-    INTERPRETER = "lerobot"
-    """The interpreter of its own it runs in (``vlaeval install lerobot``)."""
-
-    @property
-    def text(self) -> str:
-        return f"{LEROBOT_PREFIX}{self.path}"
-
-    @property
-    def server_args(self) -> tuple[str, ...]:
-        """What ``vlaeval serve --policy TEXT`` needs besides the text to build it: the env type."""
-        return (ENV_TYPE_OPTION, self.env_type) if self.env_type else ()
-
-    @property
-    def identity(self) -> str:
-        return self.text
+    def factory(self, action_dim: int, benchmark: str) -> Callable[[], Policy]:
+        """The class or factory it names (importing the user's module)."""
+        try:
+            factory = load_reference(self.module, self.attr)
+        except ImportError as exc:
+            raise SpecError(f"{self.option} {self.text!r}: cannot import {self.module!r}: {exc}") from None
+        except AttributeError:
+            raise SpecError(
+                f"{self.option} {self.text!r}: module {self.module!r} has no attribute {self.attr!r}"
+            ) from None
+        if not callable(factory):
+            raise SpecError(f"{self.option} {self.text!r}: {self.attr!r} is not a class or factory")
+        return factory
 
 
-LEROBOT_PREFIX = "lerobot:"
-ENV_TYPE_OPTION = "--env-type"
-"""``vlaeval serve``'s option for the env type a served spec is parsed with (``parse_local_policy``)."""
+def _top_level_names(origin: str | None) -> set[str] | None:
+    """The names a Python source file binds at module level, read without running it; None when
+    that cannot be known statically (not a source file, a star import, a module ``__getattr__``)."""
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(origin).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None  # importing it will say what is wrong, in the episode's error
+    names: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue  # their bodies bind names in their own scope
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return None
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return None if "__getattr__" in names else names
 
-LocalSpec = BuiltinPolicy | LocalPolicy | LeRobotCheckpoint
-"""What a policy server can serve: a policy it builds itself."""
 
 if TYPE_CHECKING:
-    PolicySpec = LocalSpec | RemoteSpec
-    """Each has ``text`` (as given) and ``identity`` (what the run's fingerprint and name record)."""
+    PolicySpec = PolicySource | RemoteSpec
+    """Each has ``text`` (as given), ``identity`` (what the run's fingerprint and name record),
+    ``interpreter`` and ``factory``."""
 
 
 def parse_policy(text: str) -> PolicySpec:
@@ -114,17 +148,17 @@ def parse_policy(text: str) -> PolicySpec:
     return parse_local_policy(text)
 
 
-def parse_local_policy(text: str, env_type: str | None = None, option: str = "--policy") -> LocalSpec:
-    """A spec a server can serve, given with ``option``: a built-in, ``module:attr`` or
-    ``lerobot:PATH`` (its processors those of LeRobot's env ``env_type``, the benchmark's), never
-    another server's address."""
+def parse_local_policy(
+    text: str, option: str = "--policy", benchmark: Benchmark | None = None, env_type: str | None = None
+) -> PolicySource:
+    """A spec a server can serve, given with ``option``: a built-in, a registered source's
+    ``PREFIX...`` (which may read ``benchmark``, the session's, or ``env_type``, what ``vlaeval
+    serve`` was given of it) or ``module:attr``, never another server's address."""
     if text in BUILTIN_POLICIES:
         return BuiltinPolicy(text, option)
-    if text.startswith(LEROBOT_PREFIX):
-        path = text.removeprefix(LEROBOT_PREFIX)
-        if not path:
-            raise SpecError(f"{option} {text!r}: expected lerobot:PATH, PATH a LeRobot pretrained-model directory")
-        return LeRobotCheckpoint(Path(path).expanduser().resolve(), env_type, option)  # checkpoints/last is a link
+    parse = source_parser(text)
+    if parse is not None:
+        return parse(text, Given(option, benchmark, env_type))
     if "://" in text:
         raise SpecError(
             f"{option} {text!r} is a policy server's address; a server serves a local policy: "
@@ -136,55 +170,17 @@ def parse_local_policy(text: str, env_type: str | None = None, option: str = "--
     return LocalPolicy(*reference, option)
 
 
-def resolve_policy_factory(spec: LocalSpec) -> Any:
-    """Find the class or factory a local spec names (imports the user's module, or LeRobot)."""
-    if isinstance(spec, BuiltinPolicy):
-        return BUILTIN_POLICIES[spec.name]
-    if isinstance(spec, LeRobotCheckpoint):
-        return _lerobot_factory(spec)
+def build_policy(spec: PolicySpec, action_dim: int, benchmark: str = "") -> Policy:
+    """The policy a spec names, checked to honour the contract: one built here, or a client of the
+    server it addresses."""
     try:
-        factory = load_reference(spec.module, spec.attr)
-    except ImportError as exc:
-        raise SpecError(f"{spec.option} {spec.text!r}: cannot import {spec.module!r}: {exc}") from None
-    except AttributeError:
-        raise SpecError(f"{spec.option} {spec.text!r}: module {spec.module!r} has no attribute {spec.attr!r}") from None
-    if not callable(factory):
-        raise SpecError(f"{spec.option} {spec.text!r}: {spec.attr!r} is not a class or factory")
-    return factory
-
-
-def _lerobot_factory(spec: LeRobotCheckpoint) -> Any:
-    if spec.env_type is None:
-        raise SpecError(
-            f"{spec.option} {spec.text!r}: no LeRobot env type for its observations (the benchmark file's "
-            f"lerobot.env_type; vlaeval serve {ENV_TYPE_OPTION})"
-        )
-    try:
-        from pytest_vlaeval.policy.lerobot import LeRobotPolicy
-    except ImportError as exc:
-        raise SpecError(f"{spec.option} {spec.text!r} runs in LeRobot's interpreter: {exc}") from None
-    return lambda: LeRobotPolicy(str(spec.path), spec.env_type)
-
-
-def local_policy(spec: LocalSpec, action_dim: int) -> Policy:
-    """Instantiate the local policy a spec names and check it honours the contract."""
-    try:
-        factory = resolve_policy_factory(spec)
+        factory = spec.factory(action_dim, benchmark)
     except SpecError as exc:  # in a worker, a policy that cannot be found fails its episodes
         raise PolicyError(str(exc)) from None
     try:
-        policy = factory(action_dim) if isinstance(spec, BuiltinPolicy) else factory()
+        policy = factory()
     except EpisodeError:
         raise  # the episode's deadline (or a server fault) interrupted it: not the factory's own fault
     except Exception as exc:
         raise PolicyError(f"policy factory {spec.text!r} raised {type(exc).__name__}: {exc}") from exc
     return checked_policy(policy, spec.text)
-
-
-def build_policy(spec: PolicySpec, action_dim: int, benchmark: str = "") -> Policy:
-    """The policy a spec names: a local one, or a client of the server it addresses."""
-    if isinstance(spec, (BuiltinPolicy, LocalPolicy, LeRobotCheckpoint)):
-        return local_policy(spec, action_dim)
-    from pytest_vlaeval.serving.client.connect import connect_policy
-
-    return connect_policy(spec, action_dim, benchmark)

@@ -1,2 +1,4 @@
-"""What a person looks at: the run's self-contained ``report.html``, runs compared across
-checkpoints (``compare``), and the episodes' records in pytest-html's report."""
+"""What a person looks at, from the canonical records: the run's self-contained ``report.html``,
+``report.md`` and ``summary.png``, runs compared across checkpoints (``compare``), and the one
+writer of a run's derived files (``run_files``). The records in pytest-html's report are the
+controller's (``controller/pytest_html_extras.py``)."""

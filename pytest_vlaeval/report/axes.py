@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_vlaeval.benchmark.model import SPLIT_AXIS, Axis
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.schema import RunSummary
-from pytest_vlaeval.spec import SPLIT_AXIS, Axis
 
 
 def summary_axes(summary: RunSummary) -> tuple[Axis, ...]:
@@ -19,6 +19,14 @@ def summary_axes(summary: RunSummary) -> tuple[Axis, ...]:
     if not entries:
         return (SPLIT_AXIS,)
     return tuple(Axis(e["field"], e["label"], e["summary"]) for e in entries)
+
+
+def interval_units(summary: RunSummary) -> str:
+    """What the group intervals take as independent units: the seeds, or the groups of the axis the
+    benchmark names (LIBERO-Plus: its base tasks)."""
+    field = summary.get("interval_clusters")
+    labels = {a.field: a.label for a in summary_axes(summary)}
+    return labels.get(field, field) if field else "seeds"
 
 
 def group_rates(axis: Axis, summary: RunSummary) -> list[tuple[str, float, list[float]]]:
@@ -78,3 +86,57 @@ def other_numbers(summary: RunSummary) -> list[str]:
     if grid:
         numbers.append(f"grid total {pct(grid['total'])}" + ("" if grid["complete"] else " (cells missing)"))
     return [n.rstrip() for n in numbers]
+
+
+CHART_GROUPS = 40
+"""The most groups an axis may have to be drawn (more are the group table's job)."""
+CHART_LEFT, CHART_WIDTH, CHART_ROW, CHART_TITLE = 200, 360, 18, 26
+"""The chart's geometry in pixels: where the bars start, their full width (SR 100%), a row, an axis's title."""
+
+
+def axes_chart(summary: RunSummary) -> dict[str, Any] | None:
+    """Every axis with at most ``CHART_GROUPS`` groups as rows of a bar chart (``axes.svg.j2``): each
+    group's SR with its interval, and where the run holds the benchmark's control arm, the SR of the
+    group's controls as a tick and the paired difference as text. Coordinates are computed here."""
+    paired = summary.get("control_arm", {}).get("paired", {})
+    blocks, y = [], 0
+    for axis in summary_axes(summary):
+        rates = group_rates(axis, summary)
+        if not rates or len(rates) > CHART_GROUPS:
+            continue
+        y += CHART_TITLE
+        versus = paired.get(axis.field, {})
+        rows = []
+        for name, sr, bounds in rates:
+            vs = versus.get(name)
+            note = pct(sr) + (
+                f"; {100 * vs['difference']:+.1f} pts vs control {interval_points(vs['difference_ci95'])}" if vs else ""
+            )
+            rows.append(
+                {
+                    "group": name,
+                    "y": y,
+                    "bar": CHART_WIDTH * sr,
+                    "low": CHART_LEFT + CHART_WIDTH * bounds[0],
+                    "high": CHART_LEFT + CHART_WIDTH * bounds[1],
+                    "control": CHART_LEFT + CHART_WIDTH * vs["control_sr"] if vs else None,
+                    "note": note,
+                }
+            )
+            y += CHART_ROW
+        blocks.append({"label": axis.label, "title_y": y - CHART_ROW * len(rows) - 8, "rows": rows})
+    if not blocks:
+        return None
+    return {
+        "blocks": blocks,
+        "left": CHART_LEFT,
+        "width": CHART_LEFT + CHART_WIDTH + 260,
+        "height": y + 6,
+        "right": CHART_LEFT + CHART_WIDTH,
+        "has_controls": bool(paired),
+    }
+
+
+def interval_points(bounds: list[float]) -> str:
+    """A difference's interval in percentage points: ``[-20.1, -4.0]``."""
+    return f"[{100 * bounds[0]:+.1f}, {100 * bounds[1]:+.1f}]"

@@ -63,6 +63,8 @@ def markdown_table(comparison: Comparison) -> str:
             for n, run in enumerate(runs, 1)
         ),
         "",
+        *([markdown_text(comparison.note), ""] if comparison.note else []),
+        *([markdown_text(comparison.made_with), ""] if comparison.made_with else []),
         "SR with its 95% interval; `N - 1`: run N minus run 1, paired on shared seeds "
         "(difference in points [95% interval], paired seeds, the method the gate would use for them).",
         "",

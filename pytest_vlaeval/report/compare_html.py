@@ -20,6 +20,8 @@ def render_comparison(comparison: Comparison) -> str:
         title=f"{comparison.benchmark} {comparison.split}: {len(comparison.runs)} runs compared",
         runs=comparison.runs,
         interval_method=comparison.interval_method,
+        note=comparison.note,
+        made_with=comparison.made_with,
         chart=chart(comparison),
         heads=heads,
         axes=sorted({row.axis for row in comparison.rows}),

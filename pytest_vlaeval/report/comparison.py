@@ -1,7 +1,7 @@
 """Runs compared across checkpoints: split, group and task SRs of every run with their intervals,
 and each run's paired difference to the first on the seeds both completed.
 
-A lerobot-eval output directory (or its ``eval_info.json``: ``gate.eval_info``) is a run too: its
+A lerobot-eval output directory (or its ``eval_info.json``: ``lerobot.eval_info``) is a run too: its
 episodes become records, summarised by the same code as ours (``results.canonical``), with the
 benchmark of the first of our runs given, which names its tasks; it keeps no episode lengths,
 which no comparison reads. Its maximum rewards become the benchmark's extra LeRobot's
@@ -11,6 +11,12 @@ show theirs beside ours.
 A group's row is matched to each run's axis by the axis's field, never its label: a label is
 only what the row is shown as, and may repeat or read like another kind of row (``task``).
 
+The overall and group rows compare the tasks every run has results for: where the runs' tasks
+differ (another ``--vla-tasks``, a lerobot-eval run over fewer tasks), an SR over two tasks beside
+one over one task would compare different things, so those rows are each run's mean over the
+shared tasks (canonical's formulas), and ``Comparison.note`` says which tasks they leave out; the
+task rows show every task. Runs that share no task are refused.
+
 The paired difference is the regression gate's own (``gate``: the seed as the unit, per-seed
 differences on the seeds every compared task has in both runs, and the interval of the method
 the gate would choose for those tasks and seeds), asked of every row's tasks, so a comparison
@@ -19,25 +25,27 @@ and a gate never disagree about the same two runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NoReturn
 
+from pytest_vlaeval.benchmark.model import MAX_EPISODES, Axis, Extra, Selection, load_benchmark
 from pytest_vlaeval.choices import SMOOTH_SEEDS
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.gate.eval_info import EvalInfoLocation, eval_info_location, max_reward_extra, read_eval_info
 from pytest_vlaeval.gate.fixed import paired_interval
 from pytest_vlaeval.gate.methods import method_for
-from pytest_vlaeval.gate.stats import paired_seed_sums, task_outcomes
+from pytest_vlaeval.gate.stats import group_sr, paired_seed_sums, task_outcomes
+from pytest_vlaeval.lerobot.eval_info import EvalInfoLocation, eval_info_location, max_reward_extra, read_eval_info
 from pytest_vlaeval.report.axes import benchmark_metrics, group_rates, summary_axes
+from pytest_vlaeval.results.canonical import group_interval
 from pytest_vlaeval.results.canonical import summary as canonical_summary
 from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.made_with import baseline_made_with, compare_note, made_with
 from pytest_vlaeval.results.readback import convert, read_json
 from pytest_vlaeval.results.record import FAILURE, SUCCESS, EpisodeRecord, timestamp
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.schema import Canonical, RunSummary, TaskResult
-from pytest_vlaeval.spec import MAX_EPISODES, Axis, Extra, Selection, load_benchmark
 
 PROTOCOL = ("benchmark", "benchmark_version", "selected_split", "start_seed", "n_episodes_per_task")
 """What runs must share to be compared: the same episodes of the same benchmark."""
@@ -107,6 +115,11 @@ class Comparison:
     runs: tuple[Run, ...]
     rows: tuple[Row, ...]
     interval_method: str
+    note: str | None = None
+    """One line when the overall and group rows leave out tasks some run lacks; None when every run has the same tasks."""
+    made_with: str | None = None
+    """One line when the runs were made on stacks that differ in what their floats depend on (their
+    seeds then pair in distribution only), or one records none (lerobot-eval's): ``results.made_with``."""
 
     def row(self, kind: RowKind, name: str, field: str | None = None) -> Row:
         """The row of the whole selection, of a task, or of a group along the axis ``field``."""
@@ -148,6 +161,12 @@ def _check_consistent(run_dir: RunDir, summary: RunSummary, per_task: list[TaskR
     def refuse(path: Path, problem: str) -> NoReturn:
         raise ComparisonError(f"{path}: {problem}; not a run as this package writes it")
 
+    def rates(path: Path, field: str, values: Iterable[float | None]) -> None:
+        """A success rate, or an interval's bounds, lies in [0, 1]."""
+        wrong = next((v for v in values if v is not None and not 0 <= v <= 1), None)
+        if wrong is not None:
+            refuse(path, f"{field} holds {wrong!r}, outside [0, 1] where a success rate lies")
+
     tasks, axes = summary["tasks"], summary_axes(summary)
     if len(set(tasks)) < len(tasks):
         refuse(run_dir.summary, "tasks names a task twice")
@@ -157,17 +176,23 @@ def _check_consistent(run_dir: RunDir, summary: RunSummary, per_task: list[TaskR
         refuse(run_dir.summary, f"sr_split_ci95 holds {len(summary['sr_split_ci95'])} values, not an interval's 2")
     if "sr_split_ci95" not in summary["ci95_methods"]:
         refuse(run_dir.summary, "ci95_methods has no sr_split_ci95")
+    rates(run_dir.summary, "sr_split", [summary["sr_split"]])
+    rates(run_dir.summary, "sr_split_ci95", summary["sr_split_ci95"] or [])
     for axis in axes:
         intervals = summary.get(axis.intervals, {})
-        for group in summary.get(axis.summary, {}):
+        for group, sr in summary.get(axis.summary, {}).items():
             if group not in intervals:
                 refuse(run_dir.summary, f"{axis.intervals} has no interval for the {axis.label} group {group!r}")
+            rates(run_dir.summary, f"{axis.summary}[{group!r}]", [sr])
+            rates(run_dir.summary, f"{axis.intervals}[{group!r}]", intervals[group])
     for env_id, result in zip(tasks, per_task, strict=True):
         path = run_dir.task(env_id)
         if result["env_id"] != env_id:
             refuse(path, f"env_id is {result['env_id']!r}, not the {env_id!r} its name says")
         if len(result["sr_ci95"]) != 2:
             refuse(path, f"sr_ci95 holds {len(result['sr_ci95'])} values, not an interval's 2")
+        rates(path, "sr", [result["sr"]])
+        rates(path, "sr_ci95", result["sr_ci95"])
         if len(result["episode_seeds"]) != len(result["successes"]):
             refuse(
                 path,
@@ -261,15 +286,26 @@ def compare(runs: Sequence[str | Path]) -> Comparison:
     labels = [p.name for p in paths]
     if len(set(labels)) < len(labels):
         labels = [str(p) for p in paths]
-    rows = [_row(OVERALL, None, first["selected_split"], loaded, lambda r: True)]
+    try:
+        stacks = [made_with(p) if p in by_path else baseline_made_with(p) for p in paths]
+    except SpecError as exc:
+        raise ComparisonError(str(exc)) from None
+    tasks = dict.fromkeys(r["env_id"] for _, per_task in loaded for r in per_task)
+    shared = set.intersection(*({r["env_id"] for r in per_task} for _, per_task in loaded))
+    if not shared:
+        raise ComparisonError(
+            f"refusing to compare {', '.join(map(str, paths))}: no task has results in every one of them"
+        )
+    rows = [_row(OVERALL, None, first["selected_split"], loaded, lambda r: True, shared)]
     for axis in summary_axes(first):
         names = dict.fromkeys(name for summary, _ in loaded for name, _, _ in group_rates(axis, summary))
+        in_group = {name: lambda r, f=axis.field, n=name: r[f] == n for name in names}  # type: ignore[literal-required]
         rows += [
-            _row(GROUP, axis, name, loaded, lambda r, f=axis.field, n=name: r[f] == n)  # type: ignore[literal-required]
+            _row(GROUP, axis, name, loaded, in_group[name], shared)
             for name in names
+            if any(in_group[name](r) and r["env_id"] in shared for _, per_task in loaded for r in per_task)
         ]
-    tasks = dict.fromkeys(r["env_id"] for _, per_task in loaded for r in per_task)
-    rows += [_row(TASK, None, env_id, loaded, lambda r, e=env_id: r["env_id"] == e) for env_id in tasks]
+    rows += [_row(TASK, None, env_id, loaded, lambda r, e=env_id: r["env_id"] == e, set(tasks)) for env_id in tasks]
     return Comparison(
         benchmark=first["benchmark"],
         split=first["selected_split"],
@@ -279,6 +315,24 @@ def compare(runs: Sequence[str | Path]) -> Comparison:
         ),
         rows=tuple(rows),
         interval_method=first["ci95_methods"]["sr_split_ci95"],
+        note=_left_out_note([t for t in tasks if t not in shared], len(tasks), len(paths)),
+        made_with=compare_note(labels, stacks),
+    )
+
+
+SHOWN_TASKS = 4
+"""The most left-out tasks the note names one by one."""
+
+
+def _left_out_note(left_out: list[str], tasks: int, runs: int) -> str | None:
+    """The line saying which tasks the overall and group rows leave out, when they leave out any."""
+    if not left_out:
+        return None
+    more = len(left_out) - SHOWN_TASKS
+    named = ", ".join(left_out[:SHOWN_TASKS]) + (f" and {more} more" if more > 0 else "")
+    return (
+        f"The overall and group rows are over the tasks all {runs} runs have results for "
+        f"({tasks - len(left_out)} of {tasks}): they leave out {named}, shown in the task rows."
     )
 
 
@@ -288,27 +342,35 @@ def _row(
     name: str,
     loaded: list[tuple[RunSummary, list[TaskResult]]],
     member: Callable[[TaskResult], bool],
+    compared: set[str],
 ) -> Row:
-    """The row of the tasks ``member`` picks (a group's along ``axis``): each run's SR, and each
-    later run's paired difference."""
+    """The row of the tasks ``member`` picks (a group's along ``axis``) among the ``compared``
+    ones: each run's SR, and each later run's paired difference."""
+    picked = [[r for r in per_task if member(r)] for _, per_task in loaded]
+    shown = [[r for r in tasks if r["env_id"] in compared] for tasks in picked]
     estimates = tuple(
-        _estimate(kind, axis, name, summary, [r for r in per_task if member(r)]) for summary, per_task in loaded
+        _estimate(kind, axis, name, summary, tasks, among)
+        for (summary, _), tasks, among in zip(loaded, picked, shown, strict=True)
     )
-    first = [r for r in loaded[0][1] if member(r)]
-    differences = tuple(_paired([r for r in per_task if member(r)], first) for _, per_task in loaded[1:])
-    shown = axis.label if axis is not None else kind
-    return Row(kind, shown, name, estimates, differences, axis.field if axis is not None else None)
+    differences = tuple(_paired(among, shown[0]) for among in shown[1:])
+    label = axis.label if axis is not None else kind
+    return Row(kind, label, name, estimates, differences, axis.field if axis is not None else None)
 
 
 def _estimate(
-    kind: RowKind, axis: Axis | None, name: str, summary: RunSummary, tasks: list[TaskResult]
+    kind: RowKind, axis: Axis | None, name: str, summary: RunSummary, tasks: list[TaskResult], shown: list[TaskResult]
 ) -> Estimate | None:
-    """A row's SR and interval as the run's summary states them (one owner: ``canonical``)."""
-    if not tasks:
+    """A row's SR and interval over ``shown``, of the run's ``tasks`` in the row: as the run's
+    summary states them where they are the same tasks (one owner: ``canonical``), else by
+    canonical's formulas over ``shown``."""
+    if not shown:
         return None
     if kind == TASK:
-        (task,) = tasks
+        (task,) = shown
         return Estimate(task["sr"], (task["sr_ci95"][0], task["sr_ci95"][1]))
+    if len(shown) < len(tasks):
+        low, high = group_interval(shown)
+        return Estimate(group_sr(r["sr"] for r in shown), (low, high))
     if axis is None:
         sr, bounds = summary["sr_split"], summary["sr_split_ci95"]
     else:

@@ -13,7 +13,15 @@ from typing import Any
 
 from pytest_vlaeval.gate.baseline import Baseline
 from pytest_vlaeval.gate.stats import task_outcomes
-from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, summary_axes
+from pytest_vlaeval.report.axes import (
+    axes_chart,
+    grid_table,
+    group_rates,
+    interval_points,
+    interval_units,
+    other_numbers,
+    summary_axes,
+)
 from pytest_vlaeval.report.chart import NOT_EVALUATED
 from pytest_vlaeval.report.page import attribute_name, interval, pct, render
 from pytest_vlaeval.results.rundir import RunDir
@@ -52,6 +60,9 @@ def render_report(
             for name, sr, bounds in group_rates(axis, summary)
         ],
         **_tasks(summary, per_task),
+        chart=axes_chart(summary),
+        interval_units=interval_units(summary),
+        control=_control(summary),
         grid=grid_table(summary),
         other_numbers=other_numbers(summary),
         flips=_flips(baseline, per_task),
@@ -98,6 +109,25 @@ def _completeness(summary: RunSummary) -> str:
     if summary["tasks_without_results"]:
         text += f"; {len(summary['tasks_without_results'])} tasks {NOT_EVALUATED}"
     return text
+
+
+def _control(summary: RunSummary) -> dict[str, Any] | None:
+    """The control arm's SR and every group's paired difference, as rows of a table."""
+    arm = summary.get("control_arm")
+    if not arm:
+        return None
+    labels = {a.field: a.label for a in summary_axes(summary)}
+    rows = [
+        {
+            "axis": labels.get(field, field),
+            "group": group,
+            **paired,
+            "interval": interval_points(paired["difference_ci95"]),
+        }
+        for field, groups in arm["paired"].items()
+        for group, paired in groups.items()
+    ]
+    return {**arm, "count": len(arm["tasks"]), "rows": rows}
 
 
 def _facts(summary: RunSummary) -> list[tuple[str, str]]:

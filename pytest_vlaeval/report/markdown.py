@@ -14,7 +14,7 @@ from pytest_vlaeval.gate.fixed import GateResult
 from pytest_vlaeval.gate.sequential_gate import SequentialResult
 from pytest_vlaeval.gate.verdict import Verdict
 from pytest_vlaeval.printable import terminal_safe
-from pytest_vlaeval.report.axes import grid_table, group_rates, other_numbers, summary_axes
+from pytest_vlaeval.report.axes import grid_table, group_rates, interval_units, other_numbers, summary_axes
 from pytest_vlaeval.report.page import interval, pct
 from pytest_vlaeval.schema import RunSummary, TaskResult
 
@@ -66,7 +66,7 @@ def markdown_report(summary: RunSummary, per_task: list[TaskResult], verdict: Ve
             "",
         ]
     axes = summary_axes(summary)
-    lines += ["| group | SR | 95% CI (seeds as clusters) |", "| --- | ---: | --- |"]
+    lines += [f"| group | SR | 95% CI ({markdown_text(interval_units(summary))} as clusters) |", "| --- | ---: | --- |"]
     lines += [
         f"| {markdown_text(f'{axis.label} {group}')} | {pct(sr)} | {interval(bounds)} |"
         for axis in axes

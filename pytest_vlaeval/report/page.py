@@ -17,7 +17,7 @@ from typing import Any
 
 import jinja2
 
-from pytest_vlaeval.spec_file import IDENTIFIER
+from pytest_vlaeval.benchmark.file import IDENTIFIER
 
 
 @functools.cache

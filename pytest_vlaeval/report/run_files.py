@@ -50,7 +50,7 @@ def write_run_files(
     baseline: Baseline | None = None,
     final: bool,
 ) -> Written:
-    """``summary.json``, ``eval_info.json`` (LeRobot's view of the same records: ``gate.eval_info``)
+    """``summary.json``, ``eval_info.json`` (LeRobot's view of the same records: ``lerobot.eval_info``)
     and ``report.html`` (the episodes that flipped against ``baseline``); when
     ``final`` (a session's end, a merge) also every task's ``<ENV_ID>.json`` (as a session goes,
     each is written as its task finishes), ``report.md``, the chart and the GitHub step summary.

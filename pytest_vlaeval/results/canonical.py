@@ -10,12 +10,16 @@ reported as an error, never as a failure.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import chain
 from typing import Any, cast
 
+from pytest_vlaeval.benchmark.model import Axis, Controls, Extra, Grid, Reporting, Selection, Task
 from pytest_vlaeval.finite import finite_mean
 from pytest_vlaeval.gate.stats import (
+    clustered_difference_interval,
+    clustered_sr_interval,
     group_sr,
     seed_clustered_interval,
     success_rate,
@@ -26,8 +30,7 @@ from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.record import SUCCESS, EpisodeRecord
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import write_json_atomic
-from pytest_vlaeval.schema import Canonical, GridSummary, RunSummary, TaskResult
-from pytest_vlaeval.spec import Axis, Extra, Grid, Reporting, Selection, Task
+from pytest_vlaeval.schema import Canonical, ControlArm, GridSummary, PairedGroup, RunSummary, TaskResult
 
 CI95_METHODS = {
     "per_task_sr_ci95": "Wilson score interval over the task's seeds",
@@ -38,13 +41,21 @@ CI95_METHODS = {
 """What each interval in ``summary.json`` is (the formulas: ``stats``); the axes' are added per benchmark."""
 
 
-def ci95_methods(axes: tuple[Axis, ...]) -> dict[str, str]:
-    """The interval methods of a benchmark's summary: the fixed ones, then one per axis."""
+def ci95_methods(axes: tuple[Axis, ...], clusters: Axis | None = None) -> dict[str, str]:
+    """The interval methods of a benchmark's summary: the fixed ones (the split's with the
+    benchmark's clusters), then one per axis."""
     along = {
         a.intervals: "as sr_split_ci95" if a == axes[0] else f"as sr_split_ci95, over the {a.label}'s tasks"
         for a in axes
     }
-    return {**CI95_METHODS, **along}
+    fixed = dict(CI95_METHODS)
+    if clusters is not None:
+        fixed["sr_split_ci95"] = (
+            f"mean of task SRs; variance with the {clusters.label} as clusters (its tasks share what makes "
+            f"their episodes alike), Wilson interval at the effective number of independent episodes, t "
+            f"quantile on {clusters.label} groups - 1 degrees of freedom"
+        )
+    return {**fixed, **along}
 
 
 def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) -> TaskResult:
@@ -55,7 +66,7 @@ def task_result(task: Task, records: list[EpisodeRecord], selection: Selection) 
     successes = [bool(r.success) for r in done]
     returns = [float(r.episode_return) for r in done]
     described = next((r for r in done + errors if r.model is not None), None)
-    # The benchmark file names some keys; load refuses one that would clash (``spec_file.keys_made``).
+    # The benchmark file names some keys; load refuses one that would clash (``benchmark_file.keys_made``).
     result = dict(
         chain(
             [("env_id", task.env_id)],
@@ -108,7 +119,8 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
     The SR of a group along any axis (a split, a memory type) is the mean of its per-task SRs
     (not pooled over episodes), over the tasks that have at least one completed episode;
     ``partial`` says when that is not all. The split's groups keep the tasks' order, every other
-    axis's are sorted by name.
+    axis's are sorted by name. The benchmark's control tasks (``controls``) are in no SR but their
+    own, in ``control_arm``, beside each group's paired difference against them.
     """
     universe = selection.episode_ids
     records = {key: latest[key] for key in universe if key in latest}
@@ -121,16 +133,21 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         if any(r.completed for r in by_task[task.env_id])
     ]
     per_task_sr = {r["env_id"]: r["sr"] for r in per_task}
-    axes = selection.benchmark.axes
-    by_axis = {axis: _grouped(axis, per_task, by_name=axis != axes[0]) for axis in axes}
-    completed = [r for r in records.values() if r.completed]
+    benchmark = selection.benchmark
+    controls = {t.env_id: t for t in selection.tasks if benchmark.controls and benchmark.controls.is_control(t)}
+    measured = [r for r in per_task if r["env_id"] not in controls]
+    clusters = benchmark.interval_clusters
+    axes = benchmark.axes
+    by_axis = {axis: _grouped(axis, measured, by_name=axis != axes[0]) for axis in axes}
+    done = [r for r in records.values() if r.completed]
+    completed = [r for r in done if r.task not in controls]
     n_successes = sum(bool(r.success) for r in completed)
     errored = [r for r in records.values() if not r.completed]
     n_missing = len(universe) - len(records)
     rerolled = [
         {"task": r.task, "seed": r.seed} for r in records.values() if r.outcome == SUCCESS and latest.failed_once(r.key)
     ]
-    splits = {result["split"] for result in per_task}
+    splits = {result["split"] for result in measured}
     first = per_task[0] if per_task else {}
     reporting = selection.benchmark.reporting
     pooled = pooled_fields(reporting, completed, n_successes)
@@ -139,7 +156,7 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
         chain(
             {
                 "split": splits.pop() if len(splits) == 1 else "Custom",
-                "sr_split": group_sr(per_task_sr.values()) if per_task else None,
+                "sr_split": group_sr(r["sr"] for r in measured) if measured else None,
                 "tasks": list(per_task_sr),
                 "per_task_sr": per_task_sr,
                 "per_task_mean_return": {r["env_id"]: r["mean_return"] for r in per_task},
@@ -148,16 +165,17 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
                 "benchmark_version": selection.benchmark.version,
                 "benchmark_commit": selection.benchmark.benchmark_commit,
                 "selected_split": selection.split,
-                "sr_split_ci95": _group_interval(per_task) if per_task else None,
+                "sr_split_ci95": group_interval(measured, clusters) if measured else None,
             }.items(),
             ((a.summary, {g: group_sr(r["sr"] for r in group) for g, group in by_axis[a].items()}) for a in axes),
-            ((a.intervals, {g: _group_interval(group) for g, group in by_axis[a].items()}) for a in axes),
+            ((a.intervals, {g: group_interval(group, clusters) for g, group in by_axis[a].items()}) for a in axes),
             {
                 "axes": [
                     {"field": a.field, "label": a.label, "summary": a.summary, "intervals": a.intervals} for a in axes
                 ],
                 "per_task_sr_ci95": {r["env_id"]: r["sr_ci95"] for r in per_task},
-                "ci95_methods": ci95_methods(axes),
+                "ci95_methods": ci95_methods(axes, clusters),
+                **({"interval_clusters": clusters.field} if clusters else {}),
                 "start_seed": selection.start_seed,
                 "n_episodes_per_task": selection.episodes,
                 "canonical_protocol": selection.is_canonical,
@@ -172,21 +190,26 @@ def summary(selection: Selection, latest: LatestRecords, *, interrupted: bool) -
             {
                 "benchmark_metrics": [key for key, _ in (*pooled, *means)],
                 **(
-                    {"grid": grid_summary(grid, per_task, selection.benchmark.unavailable_splits)}
+                    {"grid": grid_summary(grid, measured, benchmark.unavailable_splits, clusters)}
                     if (grid := reporting.grid)
+                    else {}
+                ),
+                **(
+                    {"control_arm": control_arm(benchmark.controls, measured, per_task, selection, clusters)}
+                    if benchmark.controls and any(r["env_id"] in controls for r in per_task)
                     else {}
                 ),
                 "privileged_info_to_policy": False,
                 "n_tasks_expected": len(selection.tasks),
                 "tasks_without_results": [t.env_id for t in selection.tasks if t.env_id not in per_task_sr],
                 "n_expected": len(universe),
-                "n_completed": len(completed),
+                "n_completed": len(done),
                 "n_errors": len(errored),
                 "n_missing": n_missing,
                 "errored_episodes": [{"task": r.task, "seed": r.seed, "message": r.message} for r in errored],
                 "rerolled_failures": rerolled,
                 "n_rerolled": len(rerolled),
-                "partial": interrupted or len(completed) != len(universe),
+                "partial": interrupted or len(done) != len(universe),
                 "interrupted": interrupted,
                 "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }.items(),
@@ -213,7 +236,9 @@ def _mean_of_groups(reporting: Reporting, by_axis: dict[Axis, dict[str, list[Tas
     return [(key, group_sr(groups) if groups else None)]
 
 
-def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, str]) -> GridSummary:
+def grid_summary(
+    grid: Grid, per_task: list[TaskResult], unavailable: dict[str, str], clusters: Axis | None = None
+) -> GridSummary:
     """The grid's cells (each the mean of its tasks' SRs, as any group's SR), and its total: the
     unweighted mean of the cells with results, which is the benchmark's own headline only when no
     cell is missing (``missing_cells`` says which are; ``unavailable_splits``, what cannot run here)."""
@@ -230,7 +255,9 @@ def grid_summary(grid: Grid, per_task: list[TaskResult], unavailable: dict[str, 
         "cells": table,
         "total": group_sr(group_sr(r["sr"] for r in results) for results in present) if present else None,
         # Equal cells: the total is the mean of their tasks' SRs, whose interval is the split's.
-        "total_ci95": _group_interval([r for results in present for r in results]) if len(sizes) == 1 else None,
+        "total_ci95": group_interval([r for results in present for r in results], clusters)
+        if len(sizes) == 1
+        else None,
         "total_definition": grid.total,
         "missing_cells": [
             f"{row}/{col}" for row in grid.row_groups for col in grid.column_groups if not cells[row][col]
@@ -248,8 +275,82 @@ def _grouped(axis: Axis, per_task: list[TaskResult], *, by_name: bool) -> dict[s
     return dict(sorted(groups.items())) if by_name else dict(groups)
 
 
-def _group_interval(results: list[TaskResult]) -> list[float]:
-    return list(seed_clustered_interval([task_outcomes(r) for r in results]))
+def group_interval(results: list[TaskResult], clusters: Axis | None = None) -> list[float]:
+    """The 95% interval of a group's SR (the mean of its tasks' SRs), with seeds as clusters, or
+    the groups along the benchmark's ``interval_clusters`` axis."""
+    if clusters is None:
+        return list(seed_clustered_interval([task_outcomes(r) for r in results]))
+    return list(clustered_sr_interval([(r[clusters.field], task_outcomes(r)) for r in results]))  # type: ignore[literal-required]
+
+
+CONTROL_METHOD = (
+    "per task, its SR minus its control's on the seeds both completed; a group's difference is the mean over "
+    "its tasks whose control has results, its interval the mean +- t(0.975, clusters - 1) x the cluster-robust "
+    "standard error, clusters as for the group SRs"
+)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """A task and its control on the seeds both completed."""
+
+    result: TaskResult
+    differences: dict[int, float]
+    """seed -> the task's success minus its control's."""
+    sr: float
+    control_sr: float
+
+
+def control_arm(
+    controls: Controls,
+    measured: list[TaskResult],
+    per_task: list[TaskResult],
+    selection: Selection,
+    clusters: Axis | None,
+) -> ControlArm:
+    """The control tasks' SR and, along every axis but the pairing one, each group's paired
+    difference against the controls of its tasks (``CONTROL_METHOD``)."""
+    by_id = {r["env_id"]: r for r in per_task}
+    tasks = {t.env_id: t for t in selection.tasks}
+    own = [r for r in per_task if controls.is_control(tasks[r["env_id"]])]
+    pairs = []
+    for result in measured:
+        control = by_id.get(controls.control_of(tasks[result["env_id"]]))
+        mine, theirs = task_outcomes(result), task_outcomes(control) if control else {}
+        seeds = sorted(set(mine) & set(theirs))
+        if seeds:
+            differences = {s: float(mine[s]) - float(theirs[s]) for s in seeds}
+            sr, control_sr = (sum(outcomes[s] for s in seeds) / len(seeds) for outcomes in (mine, theirs))
+            pairs.append(_Pair(result, differences, sr, control_sr))
+    along: dict[str, dict[str, PairedGroup]] = {}
+    for axis in selection.benchmark.axes:
+        if axis != controls.pair_by:
+            groups: dict[str, list[_Pair]] = defaultdict(list)
+            for pair in pairs:
+                groups[pair.result[axis.field]].append(pair)  # type: ignore[literal-required]
+            along[axis.field] = {group: _paired_group(groups[group], clusters) for group in sorted(groups)}
+    return {
+        "field": controls.axis.field,
+        "group": controls.group,
+        "pair_by": controls.pair_by.field,
+        "tasks": [r["env_id"] for r in own],
+        "sr": group_sr(r["sr"] for r in own),
+        "sr_ci95": group_interval(own, clusters),
+        "paired": along,
+        "method": CONTROL_METHOD,
+    }
+
+
+def _paired_group(pairs: list[_Pair], clusters: Axis | None) -> PairedGroup:
+    """A group's SR, its controls' and the mean paired difference with its interval."""
+    keyed = [(p.result[clusters.field] if clusters else None, p.differences) for p in pairs]  # type: ignore[literal-required]
+    return {
+        "n_tasks": len(pairs),
+        "sr": group_sr(p.sr for p in pairs),
+        "control_sr": group_sr(p.control_sr for p in pairs),
+        "difference": group_sr(sum(p.differences.values()) / len(p.differences) for p in pairs),
+        "difference_ci95": list(clustered_difference_interval(keyed)),
+    }
 
 
 def write_task(run_dir: RunDir, result: TaskResult) -> None:

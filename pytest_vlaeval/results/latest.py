@@ -50,6 +50,8 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
         self._latest: dict[Key, EpisodeRecord] = {}
         self._failed_once: set[Key] = set()
         self._read_up_to: dict[Path, _LogPosition] = {}
+        self.skipped: list[str] = []
+        """One line per log line passed over as too long to be a record (``skipped_line``)."""
 
     @classmethod
     def read(cls, run_dir: RunDir, universe: Iterable[Key] | None = None) -> LatestRecords:
@@ -96,8 +98,9 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
         A torn last line (a writer mid-append, or a crash mid-write) is not a record yet: it is
         read again, whole, next time. A damaged complete line is refused, naming the file and
         line: guessing would silently drop or invent an episode, and removing the line (the
-        episode then counts as never run) is a decision for the user. So is a line longer than
-        ``MAX_LINE_BYTES`` (never read whole).
+        episode then counts as never run) is a decision for the user. A line longer than
+        ``MAX_LINE_BYTES`` is no record any session wrote (a writer keeps each below it), so it
+        drops no episode: it is passed over unread and named in ``skipped``.
         """
         for path in self.run_dir.logs():
             if path != skip:
@@ -108,27 +111,79 @@ class LatestRecords(Mapping[Key, EpisodeRecord]):
         try:
             with path.open("rb") as log:
                 log.seek(position.offset)
-                for number, line in whole_lines(log, path, position.line):
-                    record = _parse(line, path, number)
-                    position.offset, position.line = position.offset + len(line), number
-                    self.add(record)
+                for line in whole_lines(log, position.line):
+                    record = None if line.text is None else _parse(line.text, path, line.number)
+                    position.offset, position.line = line.end, line.number
+                    if record is None:
+                        self.skipped.append(skipped_line(path, line.number))
+                    else:
+                        self.add(record)
         except OSError as exc:
             raise SpecError(
                 f"{path} is among the run's episode logs but cannot be read ({exc.strerror or exc}): remove it"
             ) from None
 
 
-def whole_lines(log: BinaryIO, path: Path, after_line: int = 0) -> Iterator[tuple[int, bytes]]:
-    """The complete lines of the log ``path`` from where ``log`` stands, each with its newline and
-    its number (counted on from ``after_line``). A torn last line (a writer mid-append) is left for
-    the next read; a line longer than ``MAX_LINE_BYTES`` is refused without being read whole."""
+READ_BYTES = 1 << 20
+"""The most of a line read at a time until it is known to be no longer than ``MAX_LINE_BYTES``."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    number: int
+    end: int
+    """The byte offset just after it."""
+    text: bytes | None
+    """The line, its newline included; None for one longer than ``MAX_LINE_BYTES``, never read whole."""
+
+
+def whole_lines(log: BinaryIO, after_line: int = 0) -> Iterator[LogLine]:
+    """The complete lines of an episode log from where ``log`` stands, numbered on from
+    ``after_line``. A torn last line (a writer mid-append) is left for the next read. A line is read
+    ``READ_BYTES`` at a time until its end is found, and only then whole, when it is no longer than
+    ``MAX_LINE_BYTES``; a longer one (a torn tail of gigabytes included: no writer appends to it)
+    comes with no text, so a line of any length costs at most ``READ_BYTES`` of memory beyond a record's."""
+    offset = log.tell()
     for number in itertools.count(after_line + 1):
-        line = log.readline(MAX_LINE_BYTES + 1)
-        if len(line) > MAX_LINE_BYTES:
-            raise _damaged_line(path, number, f"longer than {MAX_LINE_BYTES // 2**20} MiB")
-        if not line.endswith(b"\n"):
+        text = log.readline(READ_BYTES)
+        if text.endswith(b"\n"):
+            offset += len(text)
+            yield LogLine(number, offset, text)
+            continue
+        if len(text) < READ_BYTES:
+            return  # the end of the log: nothing more, or a torn last line
+        length, ended = _measure_rest(log, len(text))
+        if length > MAX_LINE_BYTES:
+            whole = None
+        elif ended:
+            log.seek(offset)
+            whole = log.read(length)
+        else:
+            return  # a torn last line, read again whole next time
+        offset += length
+        yield LogLine(number, offset, whole)
+        if not ended:
             return
-        yield number, line
+
+
+def _measure_rest(log: BinaryIO, length: int) -> tuple[int, bool]:
+    """The length of a line ``length`` bytes of which were read, reading the rest a piece at a
+    time without keeping it, and whether it ends (False: the log ends first)."""
+    while True:
+        piece = log.readline(READ_BYTES)
+        length += len(piece)
+        if piece.endswith(b"\n"):
+            return length, True
+        if len(piece) < READ_BYTES:
+            return length, False
+
+
+def skipped_line(path: Path, number: int) -> str:
+    """What a reader says of a line of ``path`` passed over as too long to be a record."""
+    return terminal_safe(
+        f"{path} line {number} passed over: longer than {MAX_LINE_BYTES // 2**20} MiB, so no episode record "
+        "(none is written so long); the log's other lines are read"
+    )
 
 
 def _order(record: EpisodeRecord) -> tuple[int, datetime]:

@@ -6,6 +6,7 @@
     <run>/policy.json           the policy's own description, claimed by the first episode
     <run>/benchmark.yaml        the benchmark file the run was made with, byte for byte
     <run>/episodes/*.jsonl      the durable log, one file per session (``store``)
+    <run>/.session*.lock        held by the session running the run, or a shard of it (``store``)
     <run>/<ENV_ID>.json         per-task canonical results (``canonical``)
     <run>/summary.json          the run's canonical summary
     <run>/eval_info.json        the same episodes as LeRobot's lerobot-eval writes them (``eval_info``)
@@ -14,6 +15,7 @@
     <run>/report.html           the self-contained HTML report (``report``)
     <run>/server.log            the ``--vla-serve`` policy server's log
     <run>/videos/<ENV_ID>/<seed>.webm
+    <run>/array/                a job array's submissions, scripts and its scheduler's output (``arrays``)
 
 A received run is untrusted, and a symbolic link in it could carry a write anywhere: no folder
 between the run directory and a file this package writes may be a link (``RunDir.confined``),
@@ -34,11 +36,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from pytest_vlaeval.benchmark.file import ENV_ID, PATTERNS
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
-from pytest_vlaeval.spec_file import ENV_ID, PATTERNS
+from pytest_vlaeval.printable import UNSAFE
 
 T = TypeVar("T")
 _SHARD_LABEL = re.compile(r"-shard(\d+)of(\d+)\.jsonl$")
+SUBMISSIONS = "submissions.json"
+NAME_MAX = 255
+"""Bytes a name in a folder may take (Linux's and macOS's file systems): a run directory's name is
+one. Nothing is named after the run beside it, and its own files are names of their own inside
+it, so the whole of it is the run's."""
 
 
 class RunDir:
@@ -56,9 +64,6 @@ class RunDir:
         self.report_html = path / "report.html"
         self.server_log = path / "server.log"
         self.videos = path / "videos"
-        self.slurm = path / "slurm"
-        """``vlaeval slurm``'s scripts, job ids (``submissions.json``) and Slurm's output."""
-        self.slurm_submissions = self.slurm / "submissions.json"
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -73,8 +78,26 @@ class RunDir:
         that would lead out of the run directory is refused (``SpecError``)."""
         return self.path / f"{checked_env_id(env_id)}.json"
 
+    def occupancy(self, label: str = "") -> Path:
+        """Locked by the session that runs the run (the shard ``label``, if given) while it runs."""
+        return self.path / (f".session-{label}.lock" if label else ".session.lock")
+
     def video(self, env_id: str, seed: int) -> Path:
         return video_file(self.videos, env_id, seed)
+
+    @property
+    def array(self) -> Path:
+        """A job array's folder: its submissions (``submissions.json``), scripts and its scheduler's
+        output; ``slurm/`` in a run submitted before the folder was named for every scheduler."""
+        first = self.path / "slurm"
+        if (first / SUBMISSIONS).exists() and not (self.path / "array" / SUBMISSIONS).exists():
+            return first
+        return self.path / "array"
+
+    @property
+    def submissions(self) -> Path:
+        """What was submitted of the run as arrays, and how to submit more (``arrays/submission.py``)."""
+        return self.array / SUBMISSIONS
 
     def confined(self, path: Path) -> Path:
         """``path``, a file of this run, once no folder between the run directory and it is a symbolic
@@ -134,8 +157,29 @@ def linked(path: Path) -> str:
     )
 
 
+def checked_run_name(name: str) -> str:
+    """``name`` (``--vla-run-name``) when it names one folder that a terminal shows as written: no
+    path, no character a terminal acts on (the name is on the session's last line), at most
+    ``NAME_MAX`` bytes; ``SpecError`` in one line for anything else."""
+    if name in (".", "..") or "/" in name or os.sep in name:
+        raise SpecError(f"--vla-run-name {name!r}: expected a directory name, not a path")
+    unsafe = UNSAFE.search(name)
+    if unsafe:
+        raise SpecError(
+            f"--vla-run-name {name!r} holds {unsafe.group()!r}, which a terminal acts on instead of showing: "
+            "name the run with printable characters"
+        )
+    size = len(name.encode("utf-8"))
+    if size > NAME_MAX:
+        raise SpecError(
+            f"--vla-run-name {name[:40]!r}... is {size} bytes long, and a directory's name takes at most {NAME_MAX}: "
+            "choose a shorter one"
+        )
+    return name
+
+
 def checked_env_id(env_id: str) -> str:
-    """``env_id`` when it names a path inside a run directory (``spec_file.ENV_ID``: namespaced ids
+    """``env_id`` when it names a path inside a run directory (``benchmark_file.ENV_ID``: namespaced ids
     such as ``ALE/Pong-v5`` make a subfolder); ``SpecError`` in one line for anything else."""
     if not isinstance(env_id, str) or not re.fullmatch(ENV_ID, env_id):
         raise SpecError(f"env id {env_id!r} is not one a run may hold ({PATTERNS[ENV_ID]})")

@@ -14,41 +14,56 @@ import hashlib
 import json
 import os
 import re
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
+import msgspec
+
+from pytest_vlaeval.benchmark.model import Benchmark, Selection, load_benchmark
 from pytest_vlaeval.errors import SpecError
+from pytest_vlaeval.printable import terminal_safe
+from pytest_vlaeval.results.made_with import MACHINES, asset_digests
 from pytest_vlaeval.results.readback import read_json
 from pytest_vlaeval.results.record import EpisodeRecord, record_line
-from pytest_vlaeval.results.rundir import RunDir, linked, writing
-from pytest_vlaeval.spec import Benchmark, Selection, load_benchmark
-from pytest_vlaeval.strict_json import dumps
+from pytest_vlaeval.results.rundir import NAME_MAX, RunDir, linked, writing
+from pytest_vlaeval.schema import Fingerprint, Machine
+from pytest_vlaeval.strict_json import dumps, loads
 from pytest_vlaeval.version import __version__, package_digest
 
 
-def run_dir_name(selection: Selection, policy_spec: str) -> str:
+def run_dir_name(selection: Selection, policy_identity: str) -> str:
+    """The run directory's name when none is given: the same for the same arguments, so a later
+    session finds the run. One too long for a folder (a long module path or checkpoint path) keeps
+    its first ``NAME_MAX`` bytes but nine and ends in a digest of the whole: still the same for the
+    same arguments, and still apart for arguments that differ past the cut."""
     benchmark = selection.benchmark
     name = "-".join(
         [
             benchmark.name,
-            *(re.sub(r"[^A-Za-z0-9_.-]+", "_", part).strip("_") for part in (selection.split, policy_spec)),
+            *(re.sub(r"[^A-Za-z0-9_.-]+", "_", part).strip("_") for part in (selection.split, policy_identity)),
         ]
     )
     narrowed = len(selection.tasks) != len(benchmark.selected(selection.split))
     if narrowed or not selection.is_canonical:
         detail = json.dumps([[t.env_id for t in selection.tasks], selection.start_seed, selection.episodes])
         name += "-" + hashlib.sha256(detail.encode()).hexdigest()[:8]
+    whole = name.encode("utf-8")
+    if len(whole) > NAME_MAX:
+        digest = "-" + hashlib.sha256(whole).hexdigest()[:8]
+        name = whole[: NAME_MAX - len(digest)].decode("utf-8", "ignore").rstrip("-_.") + digest
     return name
 
 
 def fingerprint(
     selection: Selection,
-    policy_spec: str,
+    policy_identity: str,
     render: str,
     num_envs: int = 1,
     reference_order: bool = False,
@@ -61,7 +76,9 @@ def fingerprint(
     their own (``install.interpreters``); this interpreter's by default.
     ``reference_order`` (``--vla-reference-order``), recorded when on: its episodes depend on the
     ones before them, so they are another run than order-independent ones. ``package_digest``: which
-    files of this package produced the run (the version stays one across a release's commits)."""
+    files of this package produced the run (the version stays one across a release's commits).
+    ``assets``: the selected tasks' pinned digests (``made_with``); the hosts the run's sessions ran
+    on join it apart (``RunStore.join_machines``), as they never make another run."""
     benchmark = selection.benchmark
     return (
         {
@@ -72,11 +89,12 @@ def fingerprint(
             "tasks": [t.env_id for t in selection.tasks],
             "start_seed": selection.start_seed,
             "episodes": selection.episodes,
-            "policy": policy_spec,
+            "policy": policy_identity,
             "render": render,
             "packages": {"pytest-vlaeval": __version__}
             | {name: (installed or _version)(name) for name in benchmark.env.packages},
             "package_digest": package_digest(),
+            "assets": asset_digests(selection),
         }
         | ({"num_envs": num_envs} if num_envs > 1 else {})
         | ({"order": "reference"} if reference_order else {})
@@ -91,6 +109,7 @@ class RunStore:
         self._log: IO[str] | None = None
         self.log_path: Path | None = None
         """This session's log, once it has one."""
+        self._occupied: IO[bytes] | None = None
 
     def claim(self, expected: dict[str, Any], path: Path | None = None) -> None:
         """Record the run's fingerprint (or another identity file), or refuse to mix into a run that
@@ -100,16 +119,30 @@ class RunStore:
         if not path.exists() and _create_exclusively(path, dumps(expected, indent=2) + "\n"):
             return
         stored = read_json(path, dict[str, Any], path.stem)
-        if stored != expected:
-            diff = ", ".join(
-                f"{k}: {stored.get(k)!r} -> {expected.get(k)!r}"
-                for k in sorted(set(stored) | set(expected))
-                if stored.get(k) != expected.get(k)
-            )
+        keys = (set(stored) | set(expected)) - {MACHINES}  # the hosts are recorded (``join_machines``), never refused
+        differ = [k for k in sorted(keys) if stored.get(k) != expected.get(k)]
+        if differ:
+            diff = ", ".join(f"{k}: {stored.get(k)!r} -> {expected.get(k)!r}" for k in differ)
             raise SpecError(
                 f"{self.run_dir} holds a run with a different fingerprint ({diff}); "
                 f"start a new run beside it with --vla-run-name=<new name> (or another --vla-results)"
             )
+
+    def join_machines(self, machines: Iterable[Machine]) -> list[Machine]:
+        """Record ``machines`` among the hosts the run's sessions ran on (the fingerprint's
+        ``machines``, each once), under the run's lock: sessions of one run may start at once.
+        Returns every host the run records then. A host is no part of what makes the run: one
+        moved to another machine of the same stack is resumed there, and says so (``made_with``)."""
+        with self.locked():
+            stored = read_json(self.dir.fingerprint, Fingerprint, "fingerprint")
+            before = stored.get(MACHINES, [])
+            joined = list(before)
+            for machine in machines:
+                if machine not in joined:
+                    joined.append(machine)
+            if joined != before:
+                write_json_atomic(self.dir.fingerprint, {**stored, MACHINES: joined})
+        return joined
 
     def keep_spec(self, benchmark: Benchmark) -> None:
         """Keep a copy of the benchmark file the run is made with, so the run directory describes
@@ -169,6 +202,41 @@ class RunStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    def occupy(self) -> None:
+        """Hold the run (this shard of it, for a shard's session) until ``vacate``: a second session
+        started on it at once would run every episode a second time. ``SpecError`` naming the session
+        that holds it. The lock is the file system's (``flock``), so a session whose process is gone
+        holds nothing, whatever its file still says; the file only names the holder for that line.
+        On a file system that does not share locks between hosts, sessions on two hosts do not see
+        each other's, as with ``locked``."""
+        path = self.dir.occupancy(self.label)
+        held = self.dir.open_appending(path, "a+b")
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(held)
+            held.close()
+            shard = " (the same shard)" if self.label else ""
+            raise SpecError(
+                f"{self.run_dir} is being run by another session{shard}, {holder}: wait for it to end, or start "
+                "this one beside it with --vla-run-name=<new name> (or another --vla-results)"
+            ) from None
+        self._occupied = held
+        holder = _Holder(os.getpid(), socket.gethostname(), datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        with writing(path):
+            held.truncate(0)
+            held.write(dumps(msgspec.structs.asdict(holder)).encode("utf-8"))
+            held.flush()
+
+    def vacate(self) -> None:
+        """Let the run go (``occupy``): its file emptied first, so no later reader names this session."""
+        held, self._occupied = self._occupied, None
+        if held is not None:
+            with suppress(OSError):
+                held.truncate(0)
+            fcntl.flock(held, fcntl.LOCK_UN)  # before closing: a process forked from this one shares the lock
+            held.close()
+
     def check_writable(self, env_ids: Iterable[str] = ()) -> None:
         """Fail before any episode runs when the run directory cannot take files, or holds
         something other than a file where one of its files goes, or a symbolic link where the
@@ -207,6 +275,25 @@ class RunStore:
             with suppress(OSError):  # closing flushes what the disk just refused
                 self._log.close()
             self._log = None
+
+
+class _Holder(msgspec.Struct, frozen=True):
+    """What the occupancy file says of the session that holds the run."""
+
+    pid: int
+    host: Annotated[str, msgspec.Meta(max_length=255)]
+    since: Annotated[str, msgspec.Meta(max_length=64)]
+
+
+def _holder(held: IO[bytes]) -> str:
+    """The holding session as its file names it (text from the run directory, made printable); a
+    holder that has not written it yet says so."""
+    held.seek(0)
+    try:
+        holder = msgspec.convert(loads(held.read(4096)), _Holder)
+    except (ValueError, msgspec.ValidationError):
+        return "which has not named itself yet"
+    return terminal_safe(f"pid {holder.pid} on {holder.host} since {holder.since}")
 
 
 def _version(name: str) -> str | None:

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_vlaeval import strict_json
+from pytest_vlaeval.benchmark.model import Selection
 from pytest_vlaeval.choices import EPISODE_LIST_MAX_MIB
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.record import ERROR, FAILURE, EpisodeRecord
-from pytest_vlaeval.spec import Selection
 
 EpisodeId = tuple[str, int]
 RERUN_MODES = ("errors", "failures", "missing", "incomplete")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import ipaddress
 import logging
 import os
 import signal
@@ -21,14 +19,19 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.policy.loading import ENV_TYPE_OPTION, LocalSpec, parse_local_policy
+from pytest_vlaeval.lerobot.checkpoint import LeRobotCheckpoint
+from pytest_vlaeval.policy.builtins import BUILTIN_POLICIES
+from pytest_vlaeval.policy.loading import parse_local_policy
+from pytest_vlaeval.policy.sources import BENCHMARK_ENV_OPTION, PolicySource, register_policy_source, source_prefixes
 from pytest_vlaeval.serving.server.connection import ServerConfig
 from pytest_vlaeval.serving.server.logs import RepeatedLines
 from pytest_vlaeval.serving.server.policy_server import PolicyServer
 from pytest_vlaeval.serving.transports import PROTOCOLS
-from pytest_vlaeval.serving.url import TOKEN_ENV
+from pytest_vlaeval.serving.url import TOKEN_ENV, is_loopback
 
 log = logging.getLogger("pytest_vlaeval.serving")
+
+register_policy_source(LeRobotCheckpoint.PREFIX, LeRobotCheckpoint.parse)  # the package's policy sources
 
 SETTINGS: dict[str, tuple[Any, str]] = {
     "host": (str, "address to bind [{}: this machine only]"),
@@ -52,12 +55,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         required=True,
-        help="module:attr (class or factory), a built-in: random, zero, or lerobot:PATH (in LeRobot's interpreter)",
+        help=f"module:attr (class or factory), a built-in: {', '.join(BUILTIN_POLICIES)}, or a policy source "
+        f"by its prefix: {', '.join(f'{prefix}...' for prefix in source_prefixes())}",
     )
     parser.add_argument(
-        ENV_TYPE_OPTION,
+        BENCHMARK_ENV_OPTION,
         metavar="TYPE",
-        help="the benchmark's env type, for a policy that adapts to it (lerobot:PATH: LeRobot's, whose processors it uses)",
+        help="the env type the benchmark is known by to a policy source that adapts to it (the session passes it)",
     )
     default = ServerConfig()  # the one owner of the server's defaults
     for name, (kind, meaning) in SETTINGS.items():
@@ -72,12 +76,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         options = {"choices": PROTOCOLS} if name == "protocol" else {"type": _checked(kind)}
         parser.add_argument(f"--{name.replace('_', '-')}", default=value, help=meaning.format(shown), **options)
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"required token [${TOKEN_ENV}]")
+    parser.add_argument(
+        "--no-shared-memory",
+        dest="shared_memory",
+        action="store_false",
+        help="clients on this machine send their arrays over the websocket too, not through shared memory",
+    )
     parser.add_argument("--stop-on-stdin-eof", action="store_true", help="stop when standard input closes")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        policy = parse_local_policy(args.policy, args.env_type)  # a local policy; a server never proxies another
+        policy = parse_local_policy(args.policy, env_type=args.env_type)  # a server never proxies another
     except SpecError as exc:
         print(f"vlaeval serve: error: {exc}", file=sys.stderr)
         return 2
@@ -86,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
     repeated = RepeatedLines()
     for handler in logging.getLogger().handlers:
         handler.addFilter(repeated)
-    config = ServerConfig(**{name: getattr(args, name) for name in SETTINGS}, token=args.token or None)
-    if not config.token and not _is_loopback(config.host):
+    config = ServerConfig(
+        **{name: getattr(args, name) for name in SETTINGS}, token=args.token or None, shared_memory=args.shared_memory
+    )
+    if not config.token and not is_loopback(config.host):
         log.warning("serving on %s without a token: anyone who can reach it can use the policy", config.host)
     try:
         return asyncio.run(_serve(policy, config, args.stop_on_stdin_eof))
@@ -95,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         repeated.report_held(log)
 
 
-async def _serve(spec: LocalSpec, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
+async def _serve(spec: PolicySource, config: ServerConfig, stop_on_stdin_eof: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -132,12 +144,6 @@ def _wait_for_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) ->
     while os.read(sys.stdin.fileno(), 4096):
         pass
     loop.call_soon_threadsafe(stop.set)
-
-
-def _is_loopback(host: str) -> bool:
-    with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(host).is_loopback
-    return host == "localhost"
 
 
 def _checked(kind: Any) -> Callable[[str], Any]:

@@ -48,7 +48,7 @@ TRANSPORTS = (
         (*_WAITS, "server_pid"),
         "ws://HOST:PORT",
         "pytest_vlaeval.serving.client.policies:RemotePolicy",
-        "pytest_vlaeval.serving.server.vlaeval_handler",
+        "pytest_vlaeval.serving.server.native_handler",
     ),
     Transport(
         "openpi",

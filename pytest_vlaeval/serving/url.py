@@ -14,8 +14,12 @@ the same run.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from pytest_vlaeval.errors import SpecError
@@ -47,16 +51,38 @@ class RemoteSpec:
     named: str | None = None
     """``identity=``: the policy's name for the run, when the address is not it."""
 
+    interpreter = None
+    """A server is reached, never started: it runs in no interpreter of the session's."""
+
     @property
     def identity(self) -> str:
         """What the run's fingerprint and name record: the ``identity`` option, else the spec."""
         return self.named or self.text
+
+    def factory(self, action_dim: int, benchmark: str) -> Callable[[], Any]:
+        """The builder of a connected client of the server, its scheme's transport's (its module
+        imported now), for actions of ``action_dim`` on the benchmark named ``benchmark`` (which
+        vla-eval's protocol tells the server)."""
+        client = BY_SCHEME[self.scheme].client_class()
+        return lambda: client(self, action_dim, benchmark)
 
     @property
     def url(self) -> str:
         """The websocket address (openpi servers are plain websocket servers too)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"ws://{host}:{self.port}"
+
+    @property
+    def on_loopback(self) -> bool:
+        """Whether the server is on this machine's loopback (its clients may offer it shared memory)."""
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address, or ``localhost``."""
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return host == "localhost"
 
 
 def parse_remote_spec(spec: str) -> RemoteSpec:

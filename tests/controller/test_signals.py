@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -23,32 +22,6 @@ SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=of
 HANG_GUARD_S = 300
 """How long a test waits for something that must happen, before failing instead of hanging (generous:
 a loaded machine starts a replacement xdist worker slowly)."""
-
-SLOW = """
-import os
-import time
-from pathlib import Path
-
-import numpy as np
-
-class Slow:
-    chunk_size = 1
-    def reset(self, episode):
-        pass
-    def act(self, obs):
-        Path(f"acting-{os.getpid()}").touch()
-        time.sleep(0.2)
-        return np.zeros(7)
-
-class Stubborn(Slow):
-    def act(self, obs):
-        try:
-            return super().act(obs)
-        except KeyboardInterrupt:
-            Path("interrupt-swallowed").touch()
-            while True:
-                time.sleep(1)
-"""
 
 
 def stored_lines(results: Path) -> int:
@@ -72,7 +45,6 @@ def as_from_a_terminal() -> None:
 
 
 def session(fake: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
-    fake.makepyfile(slow=SLOW)
     command = [sys.executable, "-m", "pytest", *SHORT, "--episodes=5", *args]
     # A fresh session even when this suite runs under xdist; lines as wide as written, on the panel too.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
@@ -95,9 +67,9 @@ def descendants(proc: subprocess.Popen[str]) -> list[psutil.Process]:
 @pytest.mark.parametrize(
     ("signum", "args"),
     [
-        (signal.SIGTERM, ["--policy=slow:Slow"]),
-        (signal.SIGTERM, ["--policy=slow:Slow", "-n", "2"]),
-        (signal.SIGHUP, ["--vla-serve=slow:Slow", "-n", "2"]),
+        (signal.SIGTERM, ["--policy=spy_policies:Slow"]),
+        (signal.SIGTERM, ["--policy=spy_policies:Slow", "-n", "2"]),
+        (signal.SIGHUP, ["--vla-serve=spy_policies:Slow", "-n", "2"]),
     ],
     ids=["sigterm-serial", "sigterm-xdist", "sighup-xdist-served"],
 )
@@ -121,7 +93,7 @@ def test_a_termination_signal_stops_the_session_as_ctrl_c_does(
 
 
 def test_a_second_termination_signal_ends_the_session_at_once(fake: pytest.Pytester) -> None:
-    proc = session(fake, "--policy=slow:Stubborn")
+    proc = session(fake, "--policy=spy_policies:Stubborn")
     wait_for_records(fake.path / "results", 1, proc)
     proc.send_signal(signal.SIGTERM)
     swallowed = fake.path / "interrupt-swallowed"
@@ -143,9 +115,9 @@ from pathlib import Path
 import psutil
 
 import pytest_vlaeval
-from slow import Slow
+from spy_policies import Slow
 
-policy = Slow() if sys.argv[1] == "object" else "slow:Slow"
+policy = Slow() if sys.argv[1] == "object" else "spy_policies:Slow"
 run = dict(benchmark="fake.yaml:short", episodes=3, results="results", run_name="run")
 try:
     pytest_vlaeval.evaluate(policy, **run)
@@ -164,7 +136,7 @@ if isinstance(policy, str):
 
 @pytest.mark.parametrize("policy", ["object", "spec"])
 def test_ctrl_c_during_evaluate_lets_the_session_store_its_partial_run(fake: pytest.Pytester, policy: str) -> None:
-    fake.makepyfile(slow=SLOW, caller=CALLER)
+    fake.makepyfile(caller=CALLER)
     proc = subprocess.Popen(
         [sys.executable, "caller.py", policy],
         cwd=fake.path,
@@ -188,7 +160,7 @@ def test_ctrl_c_during_evaluate_lets_the_session_store_its_partial_run(fake: pyt
 
 @pytest.mark.long
 def test_a_frozen_worker_is_ended_by_the_controller_and_the_run_completes(fake: pytest.Pytester) -> None:
-    proc = session(fake, "--policy=slow:Slow", "-n", "2", "--vla-timeout=5")
+    proc = session(fake, "--policy=spy_policies:Slow", "-n", "2", "--vla-timeout=5")
     wait_for_records(fake.path / "results", 2, proc)
     frozen = psutil.Process(proc.pid).children()[0]  # an xdist worker
     mid_episode(frozen, fake.path)  # the watchdog ends a worker that stopped on an episode
@@ -225,7 +197,7 @@ def mid_episode(worker: psutil.Process, folder: Path) -> None:
 def test_without_a_timeout_the_progress_output_names_a_frozen_worker_and_its_episode(
     fake: pytest.Pytester, live: str
 ) -> None:
-    proc = session(fake, "--policy=slow:Slow", "-n", "2", f"--vla-live={live}")
+    proc = session(fake, "--policy=spy_policies:Slow", "-n", "2", f"--vla-live={live}")
     # Read from the start: the live panel fills a pipe nobody drains, and the session would block on it.
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
@@ -293,22 +265,7 @@ def test_sigterm_during_the_final_write_finishes_it_then_ends_as_interrupted(fak
 
 
 def test_interrupted_session_keeps_finished_episodes_and_marks_partial(fake: pytest.Pytester) -> None:
-    fake.makepyfile(
-        stopper=textwrap.dedent(
-            """
-            import numpy as np
-
-            class StopOnGamma:
-                chunk_size = 1
-                def reset(self, episode):
-                    if episode.task == "Gamma-v0":
-                        raise KeyboardInterrupt
-                def act(self, obs):
-                    return np.zeros(7)
-            """
-        )
-    )
-    result = fake.runpytest_subprocess("--benchmark=fake.yaml", "--policy=stopper:StopOnGamma")
+    result = fake.runpytest_subprocess("--benchmark=fake.yaml", "--policy=spy_policies:StopOnGamma")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     summary = read_json(run_dir(fake) / "summary.json")
     assert summary["partial"] is True and summary["interrupted"] is True

@@ -21,3 +21,15 @@ def test_a_benchmark_files_names_reach_the_summary_as_text(fake: pytest.Pytester
     assert not UNSAFE.search(output.replace("\n", "")), "no control character reaches the terminal"
     assert r"kind \x1b[2J[bold red]" in output and r"\x1b]0;owned\x07\x1b[32mPASS\u202e[blink]x $\notasymbol$" in output
     assert list((fake.path / "results").glob("*/summary.png")), "the chart is drawn"
+
+
+def test_a_results_folder_the_user_names_reaches_the_summary_as_text(fake: pytest.Pytester) -> None:
+    """``--vla-results`` is the user's own, and still shown, not obeyed: an ESC in it was printed raw
+    in the ``results:`` line."""
+    result = fake.runpytest(
+        "--benchmark=fake.yaml:short", "--episodes=1", "--vla-results=out\x1b[2J", "-p", "no:cacheprovider"
+    )
+    output = result.stdout.str()
+    assert not UNSAFE.search(output.replace("\n", "")), "no control character reaches the terminal"
+    (line,) = [line for line in output.splitlines() if line.startswith("results: ")]
+    assert line.startswith(f"results: {fake.path}/out\\x1b[2J/fake-short-random-"), line

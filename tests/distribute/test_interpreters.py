@@ -211,11 +211,13 @@ def test_a_policy_that_cannot_import_there_is_one_line_naming_vla_serve(pytester
     assert {r["outcome"] for r in records.values()} == {"failure"}
 
 
+@pytest.mark.parametrize("policy", ["zero", "where_policy:WherePolicy"])
 def test_the_session_starts_the_benchmarks_interpreter_once_before_its_worker(
-    pytester: pytest.Pytester, other: Path
+    pytester: pytest.Pytester, other: Path, policy: str
 ) -> None:
-    """Its package check and its ``sys.path`` (the workers' path) come from one start: every start
-    costs an interpreter's imports, Meta-World's seconds. Its python here logs each start."""
+    """Its package check, its ``sys.path`` (the workers' path) and whether a ``module:attr`` policy
+    imports there come from one start: every start costs an interpreter's imports, Meta-World's
+    seconds. Its python here logs each start."""
     python = other / "bin" / "python"
     real = python.resolve()
     starts = pytester.path / "starts.txt"
@@ -224,7 +226,9 @@ def test_the_session_starts_the_benchmarks_interpreter_once_before_its_worker(
         f'#!/bin/bash\necho "$1" >> {shlex.quote(str(starts))}\nexec -a "$0" {shlex.quote(str(real))} "$@"\n'
     )
     python.chmod(0o755)
-    result = pytester.runpytest_subprocess("--benchmark=fake.yaml:short", "--policy=zero", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "--benchmark=fake.yaml:short", f"--policy={policy}", "-p", "no:cacheprovider"
+    )
     assert result.ret == 1, result.stdout.str()  # the zero action fails every episode; none errors
     assert starts.read_text().split() == ["-c", "-u"]  # the check, then the one worker (xdist's -u)
     assert {r["outcome"] for r in episode_records(run_dir(pytester)).values()} == {"failure"}

@@ -9,7 +9,7 @@ import textwrap
 import types
 
 import pytest
-from helpers import TESTS, episode_records, run_dir
+from helpers import episode_records, run_dir
 
 from pytest_vlaeval.distribute import placement
 from pytest_vlaeval.errors import SpecError
@@ -202,7 +202,6 @@ def test_placement_errors_are_one_line(fake: pytest.Pytester, args: list[str], m
 @pytest.mark.torch
 def test_each_worker_gets_its_share_of_the_cores_for_its_thread_pools(fake: pytest.Pytester) -> None:
     """Under -n 2 a worker's OpenMP and torch pools hold cores / 2 threads (not one per core each)."""
-    fake.makepyfile(spy_policies=(TESTS / "spy_policies.py").read_text())
     env_share = str(max(1, len(os.sched_getaffinity(0)) // 2))
     fake.runpytest_subprocess(
         "--benchmark=fake.yaml:short",

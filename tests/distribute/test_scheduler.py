@@ -11,7 +11,7 @@ from helpers import episode_records, run_dir
 
 from pytest_vlaeval.distribute.scheduler import AffinityScheduling, uses_affinity
 from pytest_vlaeval.distribute.whole_tasks import WholeTaskScheduling
-from pytest_vlaeval.episodes.nodeid import lockstep_groups, task_of
+from pytest_vlaeval.episodes.nodeid import lockstep_group_positions, task_of
 from pytest_vlaeval.errors import SpecError
 
 SHORT = ["--benchmark=fake.yaml:short"]
@@ -378,7 +378,7 @@ def test_every_lockstep_group_runs_on_one_worker(pytester: pytest.Pytester, lock
     collection = episodes(A=11, B=7, C=3, D=9)
     sched, nodes = started(pytester, collection, 3, lockstep=lockstep)
     simulate(sched, nodes, build=4.0, episode=1.0)
-    groups = lockstep_groups([task_of(nodeid) for nodeid in collection], lockstep)
+    groups = lockstep_group_positions([task_of(nodeid) for nodeid in collection], lockstep)
     assert all(len(group) <= lockstep for group in groups)
     assert sent_whole(nodes, groups)
 

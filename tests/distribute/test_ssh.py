@@ -131,7 +131,6 @@ def _stopped_in(process: psutil.Process, home: Path) -> bool:
 def test_ctrl_c_with_ssh_workers_keeps_what_they_finished(fake: pytest.Pytester, ssh_home: tuple[str, Path]) -> None:
     spec, home = ssh_home
     (home / "spy_policies.py").write_text((TESTS / "spy_policies.py").read_text())
-    fake.makepyfile(spy_policies=(TESTS / "spy_policies.py").read_text())
     command = [sys.executable, "-m", "pytest", "--tx", f"2*{spec}", *ARGS, "--episodes=10"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
     proc = subprocess.Popen(

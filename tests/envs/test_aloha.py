@@ -255,7 +255,9 @@ def test_the_benchmark_file_is_lerobots_aloha_on_the_installed_gym_aloha() -> No
     assert data["env"]["obs_type"] == config["obs_type"] == "pixels_agent_pos"
     assert {t["max_steps"] for t in data["tasks"]} == {config["episode_length"]} == {400}
     assert config["features"] == {"action": [14], "agent_pos": [14], "pixels/top": [480, 640, 3]}
-    assert config["features_map"]["pixels/top"] == "observation.images." + data["lerobot"]["cameras"][0]
+    assert data["lerobot"]["features"] == {
+        key.replace("/", "."): config["features_map"][key] for key in ("pixels/top", "agent_pos")
+    }
     assert sorted(t["env_id"] for t in data["tasks"]) == sorted(outputs["aloha"])
     for task in data["tasks"]:
         env = outputs["aloha"][task["env_id"]]

@@ -15,7 +15,7 @@ from pytest_vlaeval.envs import cpu_share
 def _thread_variables_restored() -> Iterator[None]:
     """``share_cpu_threads`` sets these with ``os.environ.setdefault``; later tests (the real sessions
     that check each worker's share) must not inherit a count set here."""
-    with environ_restored(*cpu_share.THREAD_VARIABLES):
+    with environ_restored(*cpu_share.THREAD_VARIABLES, cpu_share.IDLE_THREADS[0]):
         yield
 
 
@@ -38,3 +38,16 @@ def test_a_worker_sizes_the_math_libraries_pools_to_its_share(
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         cpu_share.share_cpu_threads()
         assert os.environ["OMP_NUM_THREADS"] == "3", "the user's own setting wins"
+
+
+def test_a_worker_with_a_torch_policy_beside_the_env_leaves_torchs_pool_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A convolution's last bits depend on torch's thread count: beside the env it keeps torch's
+    default (lerobot-eval's, a policy server's) whatever ``-n``; its idle threads sleep instead."""
+    monkeypatch.setattr(cpu_share.os, "sched_getaffinity", lambda pid: set(range(16)))
+    for name in (*cpu_share.THREAD_VARIABLES, "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    monkeypatch.setitem(cpu_share.sys.modules, "torch", None)
+    cpu_share.share_cpu_threads(policy_beside=True)
+    assert [os.environ.get(name) for name in cpu_share.THREAD_VARIABLES] == [None, None, "4"]
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"

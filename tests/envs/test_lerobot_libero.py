@@ -1,7 +1,7 @@
 """LIBERO as LeRobot evaluates it (``benchmarks/lerobot-libero.yaml``): its file against the
 ``hf-libero`` and LeRobot installed in LeRobot's interpreter, its preflight there, and what
 ``vlaeval install lerobot`` set up for it. The episodes against ``lerobot-eval`` itself are
-``tests/policy/test_lerobot_parity_libero.py``. These need ``vlaeval install lerobot``; they fail,
+``tests/lerobot/test_lerobot_parity_libero.py``. These need ``vlaeval install lerobot``; they fail,
 never skip, without it."""
 
 from __future__ import annotations

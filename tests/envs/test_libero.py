@@ -23,14 +23,14 @@ from helpers import (
     capped_benchmark,
     digesting_session,
     episode_records,
+    libero_episodes_on_one_env,
     lone_runner,
     read_json,
     together,
 )
 
+from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 from pytest_vlaeval.envs import libero
-from pytest_vlaeval.episodes.loop import run_episode
-from pytest_vlaeval.spec import resolve_benchmark, select
 
 pytestmark = pytest.mark.libero
 
@@ -101,32 +101,12 @@ def parallel(runs: list) -> tuple:
 def test_out_of_order_episodes_equal_the_harness_loop(reference: list[dict]) -> None:
     """Episodes 2, 0, 1 of one env (a jump ahead, a step back, then in order) are the reference's
     episodes 2, 0, 1: same observations, same actions, bit for bit."""
-    from libero_reference import Deterministic
-
-    benchmark, _ = resolve_benchmark("libero:spatial")
-    task = dataclasses.replace(benchmark.task(TASKS[0]), max_steps=STEPS)
-    env = libero.make_env(task, benchmark, "auto")
-    policy = Deterministic()
-    seen, replayed, reseeded = {}, [], []
-    try:
-        for k in (2, 0, 1):
-            result = run_episode(
-                env,
-                policy,
-                task=task.env_id,
-                seed=k,
-                episode_index=k,
-                action_dim=7,
-                policy_obs_keys=benchmark.env.policy_obs_keys,
-            )
-            assert result.length == STEPS
-            seen[k] = policy.digest.result()
-            replayed.append(env.replayed_resets)
-            reseeded.append(env.reseeded)
-    finally:
-        env.close()
+    episodes, policy = libero_episodes_on_one_env("libero:spatial", TASKS[0], STEPS, seeds=(2, 0, 1))
+    assert [episode.result.length for episode in episodes] == [STEPS] * 3
+    seen = {episode.seed: episode.digest for episode in episodes}
     assert [seen[k] for k in range(3)] == reference
-    assert replayed == [2, 0, 0] and reseeded == [False, True, False]
+    assert [episode.replayed_resets for episode in episodes] == [2, 0, 0]
+    assert [episode.reseeded for episode in episodes] == [False, True, False]
     assert policy.keys == ["agentview_image", "eef_quat", "instruction", "state", "wrist_image"]
     assert policy.shapes == {
         "agentview_image": ((256, 256, 3), "uint8"),

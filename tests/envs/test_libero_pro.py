@@ -28,14 +28,14 @@ from helpers import (
     capped_benchmark,
     digesting_session,
     episode_records,
+    libero_episodes_on_one_env,
     read_json,
     together,
 )
 
+from pytest_vlaeval.benchmark.model import load_benchmark, resolve_benchmark, select
 from pytest_vlaeval.envs import libero
-from pytest_vlaeval.episodes.loop import run_episode
 from pytest_vlaeval.errors import EnvError, SpecError
-from pytest_vlaeval.spec import load_benchmark, resolve_benchmark, select
 
 pytestmark = pytest.mark.libero
 
@@ -159,30 +159,11 @@ def test_session_episodes_equal_libero_pro_runner(session: tuple, reference: dic
 def test_episodes_out_of_order_equal_the_runner(reference: dict[str, list[dict]]) -> None:
     """One env, episode 1 first (one reset replayed), then 0 (a step back re-seeds): the runner's
     episodes 1 and 0 of the position suite's task."""
-    from libero_reference import Deterministic
-
-    benchmark, _ = resolve_benchmark("libero-pro")
-    task = dataclasses.replace(benchmark.task(SWAP), max_steps=STEPS)
-    env = libero.make_env(task, benchmark, "auto")
-    policy = Deterministic()
-    seen, extras = {}, []
-    try:
-        for k in (1, 0):
-            result = run_episode(
-                env,
-                policy,
-                task=task.env_id,
-                seed=k,
-                episode_index=k,
-                action_dim=7,
-                policy_obs_keys=benchmark.env.policy_obs_keys,
-            )
-            seen[k] = policy.digest.result()
-            extras.append(result.extras)
-    finally:
-        env.close()
+    episodes, _ = libero_episodes_on_one_env("libero-pro", SWAP, STEPS, seeds=(1, 0))
+    seen = {episode.seed: episode.digest for episode in episodes}
     assert [seen[0], seen[1]] == reference[SWAP][:2]
-    assert extras == [{"replayed_resets": 1}, {"replayed_resets": 0}] and env.reseeded
+    assert [episode.result.extras for episode in episodes] == [{"replayed_resets": 1}, {"replayed_resets": 0}]
+    assert episodes[-1].reseeded
 
 
 def test_env_ids_name_the_package_task_of_their_split() -> None:

@@ -151,7 +151,7 @@ from metaworld_reference import reference_episodes
 
 from pytest_vlaeval.envs.metaworld import make_env
 from pytest_vlaeval.episodes.loop import run_episode
-from pytest_vlaeval.spec import load_benchmark
+from pytest_vlaeval.benchmark.model import load_benchmark
 
 benchmark = load_benchmark(Path(sys.argv[1]))
 (task,) = [t for t in benchmark.tasks if t.env_id == sys.argv[2]]

@@ -18,11 +18,11 @@ import pytest
 from helpers import episode_records, lone_runner, read_json, together
 from mikasa_reference import reference_episode
 
+from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 from pytest_vlaeval.episodes.lockstep_groups import LockstepGroups
 from pytest_vlaeval.episodes.worker import Worker
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.policy.loading import parse_policy
-from pytest_vlaeval.spec import resolve_benchmark, select
 
 pytestmark = pytest.mark.mikasa
 

@@ -12,7 +12,7 @@ import pytest
 from episode_digest import DIGEST_DIR
 from helpers import REVERSED_ORDER, ROOT, TESTS, ended_on_exit, episode_records, read_json
 
-from pytest_vlaeval.spec import load_benchmark
+from pytest_vlaeval.benchmark.model import load_benchmark
 
 
 def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:

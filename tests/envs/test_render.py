@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import environ_restored
+from helpers import assert_one_line_usage_error, environ_restored
 
 from pytest_vlaeval.envs import render, vulkan
 
@@ -84,3 +84,33 @@ def test_missing_software_vulkan_fails_fast_with_one_actionable_line(
     problem = vulkan.check("cpu")
     assert problem.startswith("no software Vulkan driver (lavapipe ICD)") and "bookworm-backports" in problem
     assert "\n" not in problem
+
+
+RENDER_CHECKS = {
+    "loud_check": "print('a simulator stack says a lot on import\\n' * 5000)\nprint('no Vulkan device here')\nraise SystemExit(1)\n",
+    "endless_check": "while True:\n    print('a simulator stack that never stops talking')\n",
+}
+"""Render checks (``env.preflight``) that fail: one after 200 KB of banners, past the 64 KiB an
+interpreter's answer is read to, and one that prints without end."""
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        ("loud_check", "render backend check failed: no Vulkan device here"),
+        ("endless_check", "render backend check failed: python -m endless_check wrote over 1 MiB and was stopped"),
+    ],
+)
+def test_a_render_check_is_read_up_to_1_mib_and_stopped_past_it(
+    fake: pytest.Pytester, module: str, expected: str
+) -> None:
+    """A check that loads a simulator stack may print long banners before its verdict: it is read up
+    to 1 MiB a stream, and one that writes more is stopped; either way one line, before any episode."""
+    fake.makepyfile(**{module: RENDER_CHECKS[module]})
+    text = (
+        (fake.path / "fake.yaml").read_text().replace("  action_dim: 7\n", f"  action_dim: 7\n  preflight: {module}\n")
+    )
+    fake.makefile(".yaml", checked=text)
+    result = fake.runpytest("--benchmark=checked.yaml:short", "-p", "no:cacheprovider")
+    assert_one_line_usage_error(result, expected)
+    assert not (fake.path / "results").exists()

@@ -125,6 +125,40 @@ def test_a_policy_calling_sys_exit_is_a_policy_error(fake: pytest.Pytester) -> N
     assert all("policy.act raised SystemExit: 3" in r["message"] for r in records.values())
 
 
+ENDS_ITS_PROCESS = """
+import os
+
+
+class EndsItsProcess:
+    chunk_size = 1
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        os._exit(0)
+"""
+
+
+def test_a_policy_ending_its_process_passes_a_serial_session_and_is_an_error_under_xdist(
+    fake: pytest.Pytester,
+) -> None:
+    """Why a policy you do not trust runs under xdist: ``os._exit(0)`` ends a serial session's own
+    process with status 0 and no summary, which CI reads as success; under ``-n 1`` it ends a
+    worker, and its episode is an error."""
+    fake.makepyfile(ends_its_process=ENDS_ITS_PROCESS)
+    args = [*SHORT, "--vla-tasks=Alpha-v0", "--episodes=1", "--policy=ends_its_process:EndsItsProcess"]
+    serial = fake.runpytest_subprocess(*args, "--vla-results=serial")
+    assert serial.ret == 0 and "episodes:" not in serial.stdout.str(), serial.stdout.str()
+    assert not list((fake.path / "serial").glob("*/summary.json"))
+    isolated = fake.runpytest_subprocess(*args, "-n", "1", "--vla-results=isolated")
+    assert isolated.ret == 1, isolated.stdout.str()
+    (run,) = (fake.path / "isolated").iterdir()
+    (record,) = episode_records(run).values()
+    assert record["outcome"] == "error" and "crashed" in record["message"], record
+    assert read_json(run / "summary.json")["n_errors"] == 1
+
+
 CLOSE_RAISES = """
 import fake_env
 

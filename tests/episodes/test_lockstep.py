@@ -5,7 +5,7 @@ its row; bad combinations are one line. Real MIKASA groups: ``tests/envs/test_mi
 from __future__ import annotations
 
 import pytest
-from helpers import TESTS, assert_one_line_usage_error, episode_records, read_json, run_dir
+from helpers import assert_one_line_usage_error, episode_records, read_json, run_dir
 from spy_policies import BatchedMemory
 
 SHORT = ["--benchmark=fake.yaml:short", "--episodes=5", "-p", "no:cacheprovider"]
@@ -22,7 +22,6 @@ def outcomes(fake: pytest.Pytester, root: str) -> dict:
 def test_lockstep_records_equal_lone_records_serial_and_under_xdist(fake: pytest.Pytester, policy: str) -> None:
     alone = fake.runpytest(*SHORT, f"--policy={policy}", "--vla-results=alone")
     serial = fake.runpytest(*SHORT, f"--policy={policy}", "--vla-lockstep=3", "--vla-results=serial")
-    fake.makepyfile(spy_policies=(TESTS / "spy_policies.py").read_text())  # for the workers' processes
     parallel = fake.runpytest_subprocess(
         *SHORT, f"--policy={policy}", "--vla-lockstep=2", "-n", "2", "--vla-results=parallel"
     )

@@ -11,24 +11,9 @@ SHORT = ["--benchmark=fake.yaml:short"]
 
 
 def test_privileged_keys_never_reach_the_policy(fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake.makepyfile(
-        spy="""
-        import json, os
-        import numpy as np
-
-        class Spy:
-            chunk_size = 2
-            def reset(self, episode):
-                self.episode = episode.to_dict()
-            def act(self, obs):
-                with open(os.environ["SPY_LOG"], "a") as f:
-                    f.write(json.dumps({"keys": sorted(obs), "instruction": obs["instruction"], "episode": self.episode}) + "\\n")
-                return np.zeros((2, 7))
-        """
-    )
     log = fake.path / "spy.jsonl"
     monkeypatch.setenv("SPY_LOG", str(log))
-    result = fake.runpytest(*SHORT, "--policy=spy:Spy", "--vla-tasks=Alpha-v0", "--episodes=1")
+    result = fake.runpytest(*SHORT, "--policy=spy_policies:ObservationLog", "--vla-tasks=Alpha-v0", "--episodes=1")
     result.assert_outcomes(failed=1)
     seen = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(seen) == 3  # 6 steps, chunks of 2
@@ -40,19 +25,5 @@ def test_privileged_keys_never_reach_the_policy(fake: pytest.Pytester, monkeypat
 
 def test_cached_action_buffer_survives_in_place_zeroing(fake: pytest.Pytester) -> None:
     """The fake env zeroes the previous action in place on reset, like 11 MIKASA envs do."""
-    fake.makepyfile(
-        cached="""
-        import numpy as np
-
-        class Cached:
-            chunk_size = 1
-            def __init__(self):
-                self.action = np.full(7, 0.95, dtype=np.float32)
-            def reset(self, episode):
-                pass
-            def act(self, obs):
-                return self.action
-        """
-    )
-    result = fake.runpytest(*SHORT, "--policy=cached:Cached", "--vla-tasks=Alpha-v0")
+    result = fake.runpytest(*SHORT, "--policy=spy_policies:CachedAction", "--vla-tasks=Alpha-v0")
     result.assert_outcomes(passed=3)  # had the env's zeroing reached the cached buffer, later episodes would fail

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_usage_error, make_interpreter_with_own_copy, package_copy
 
+from pytest_vlaeval.bounded_run import Finished
 from pytest_vlaeval.cli import COMMANDS
 from pytest_vlaeval.install import command, installer, interpreters
 from pytest_vlaeval.install.command import plan
@@ -172,6 +173,16 @@ def test_vlaeval_install_is_advised_only_for_an_interpreter_it_makes(name: str) 
     assert command.target(parser.parse_args(words[2:])) == str(interpreters.interpreter_python(name))
 
 
+def test_a_stack_in_this_environment_ends_with_its_finish_step_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LIBERO-Plus goes into the caller's environment: the link and config pip cannot make are made
+    there too, after its packages, as in an interpreter of its own."""
+    monkeypatch.setattr(installer, "installed_version", lambda name: None)
+    commands = plan(argparse.Namespace(stack="libero-plus", system_deps=False, own_interpreter=False))
+    assert not isinstance(commands, str)
+    assert commands[-1].argv == (sys.executable, "-m", "pytest_vlaeval.envs.libero_plus_setup")
+    assert all(c.argv[:4] == (sys.executable, "-m", "pip", "install") for c in commands[:-1])
+
+
 @pytest.mark.parametrize("copy", ["this one", "edited"])
 def test_the_plan_replaces_another_copy_of_this_package_even_at_this_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy: str
@@ -180,7 +191,7 @@ def test_the_plan_replaces_another_copy_of_this_package_even_at_this_version(
     monkeypatch.setenv(interpreters.INTERPRETER_DIR_ENV, str(tmp_path))
     python = make_interpreter_with_own_copy(tmp_path / "pusht")
     if copy == "edited":
-        (package_copy(tmp_path / "pusht") / "spec.py").write_text("# another copy\n")
+        (package_copy(tmp_path / "pusht") / "benchmark/model.py").write_text("# another copy\n")
     commands = plan(argparse.Namespace(stack="pusht", system_deps=False, own_interpreter=True))
     assert not isinstance(commands, str)
     replacing = [c.argv for c in commands if "--force-reinstall" in c.argv]
@@ -232,6 +243,34 @@ def test_the_check_of_an_interpreter_of_its_own_advises_that_install_and_names_a
         f"{importlib.metadata.version('pytest-vlaeval')}{fix}",
         f"vlaeval install: PROBLEM: gym-pusht is not installed{fix}",
         f"vlaeval install: PROBLEM: cannot import gym_pusht: ModuleNotFoundError: No module named 'gym_pusht'{fix}",
+    ]
+
+
+def test_the_check_of_a_stack_in_this_environment_runs_its_finish_check_here(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What LIBERO-Plus's finish step finds not in place in the caller's environment is a problem
+    of ``vlaeval install libero-plus --check``, one line naming the fix (its packages, imports and
+    assets stand in here as in place)."""
+    asked = []
+
+    def finish_check(argv: list[str], timeout: float, limit: int) -> Finished:
+        asked.append(argv)
+        return Finished(1, "the config is stale\n", "", False, limit)
+
+    monkeypatch.setattr(command, "run_bounded", finish_check)
+    monkeypatch.setattr(installer, "version_problems", lambda *args: [])
+    monkeypatch.setattr(installer, "import_problems", lambda *args: [])
+    monkeypatch.setattr(command, "install_assets", lambda *args, **kwargs: [])
+    monkeypatch.setattr(command, "preflight_problem", lambda *args: None)
+    args = argparse.Namespace(
+        stack="libero-plus", system_deps=False, own_interpreter=False, check=True, dry_run=False, python=None,
+        source=None, force=False, list=False,
+    )  # fmt: skip
+    assert command.run(args) == 1
+    assert asked == [[sys.executable, "-m", "pytest_vlaeval.envs.libero_plus_setup", "--check"]]
+    assert capsys.readouterr().out.splitlines() == [
+        "vlaeval install: PROBLEM: the config is stale: run `vlaeval install libero-plus`"
     ]
 
 

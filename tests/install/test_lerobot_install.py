@@ -44,7 +44,7 @@ def test_the_callers_python_out_of_range_is_passed_over_for_one_on_path(tmp_path
     home = tmp_path / "interpreters" / "lerobot"
     assert result.stdout.splitlines()[1] == f"  $ {right} -m venv {home}"
     assert f"{home}/bin/python -m pip install" in result.stdout
-    assert "'lerobot[pusht,metaworld,diffusion,libero]==0.6.1'" in result.stdout
+    assert "'lerobot[pusht,metaworld,aloha,diffusion,libero]==0.6.1'" in result.stdout
 
 
 @pytest.mark.parametrize(

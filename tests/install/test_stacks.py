@@ -5,6 +5,7 @@ list from the installer."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from pytest_vlaeval.benchmark.model import Benchmark, builtin_benchmarks, load_benchmark
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.install.stacks import Stack, stacks
-from pytest_vlaeval.spec import Benchmark, builtin_benchmarks, load_benchmark
+from pytest_vlaeval.install.stacks import LEROBOT_HOLDS, Stack, stacks
 
 BUILTINS = {name: load_benchmark(path) for name, path in sorted(builtin_benchmarks().items())}
 ROOT = Path(__file__).parents[2]
@@ -70,11 +71,16 @@ def test_the_stack_checks_the_simulator_its_adapter_imports(name: str) -> None:
 
 
 def test_lerobot_holds_the_simulators_at_the_benchmarks_pins() -> None:
-    """LeRobot's stack is code (a policy's), but its Push-T and Meta-World pins are those files'."""
+    """LeRobot's stack is code (a policy's), but its Push-T, Meta-World and ALOHA pins are those
+    files', so those benchmarks' workers can run there beside the policy."""
     lerobot = {Requirement(line).name: line for line in stacks()["lerobot"].steps[0].requirements}
-    for benchmark, names in (("pusht", ("gym-pusht",)), ("metaworld", ("metaworld", "mujoco", "gymnasium"))):
-        for line in stacks()[benchmark].pins(*names):
+    assert set(LEROBOT_HOLDS) == {"pusht", "metaworld", "aloha"}
+    for benchmark, names in LEROBOT_HOLDS.items():
+        pins = stacks()[benchmark].pins(*names)
+        assert len(pins) == len(names), (benchmark, pins)
+        for line in pins:
             assert lerobot[Requirement(line).name] == line
+    assert {"gym_pusht", "metaworld", "gym_aloha"} <= set(stacks()["lerobot"].imports)
 
 
 def test_setup_sh_takes_its_stacks_from_the_installer() -> None:
@@ -85,6 +91,37 @@ def test_setup_sh_takes_its_stacks_from_the_installer() -> None:
     script = (ROOT / "scripts" / "setup.sh").read_text()
     assert "install --list" in script
     assert not [name for name in listed if f"--{name})" in script], "setup.sh names a stack itself"
+
+
+def test_every_stack_is_a_marker_registered_from_the_benchmark_files(pytestconfig: pytest.Config) -> None:
+    """``-m libero`` selects the tests that need a stack; a new built-in benchmark's marker comes
+    from its file (``tests/conftest.py``), not from a line in ``pyproject.toml``."""
+    registered = {line.partition(":")[0] for line in pytestconfig.getini("markers")}
+    assert set(stacks()) <= registered
+    listed = (ROOT / "pyproject.toml").read_text().split("markers = [", 1)[1].split("]", 1)[0]
+    assert not [stack for stack in stacks() if f'"{stack}:' in listed]
+
+
+def test_setup_sh_all_installs_every_stack_the_installer_lists(tmp_path: Path) -> None:
+    """``scripts/setup.sh --all`` (what ``scripts/test.sh`` runs) installs each stack once, the
+    test suite's two first; run against a venv whose ``vlaeval`` lists the real stacks and only
+    records each install."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    digest = subprocess.run(["sha256sum", "pyproject.toml"], cwd=ROOT, capture_output=True, text=True, check=True)
+    (venv / ".vlaeval-setup").write_text(digest.stdout.split()[0] + "\n")  # this package: up to date
+    installed = tmp_path / "installed"
+    (venv / "bin" / "vlaeval").write_text(
+        f'#!/bin/sh\nif [ "$2" = --list ]; then exec {sys.executable} -m pytest_vlaeval install --list; fi\n'
+        f'echo "$2" >>{installed}\n'
+    )
+    (venv / "bin" / "vlaeval").chmod(0o755)
+    subprocess.run(
+        ["bash", "scripts/setup.sh", "--all"], cwd=ROOT, env={**os.environ, "VLAEVAL_VENV": str(venv)}, check=True
+    )
+    assert installed.read_text().split() == ["mikasa", "pusht", *(s for s in stacks() if s not in ("mikasa", "pusht"))]
+    assert "./scripts/setup.sh --all" in (ROOT / "scripts" / "test.sh").read_text()
 
 
 def _write(tmp_path: Path, install: str, env_extra: str = "") -> Path:

@@ -128,8 +128,8 @@ def test_bf16_actions_drive_a_real_mikasa_episode_as_the_reference_runner_does()
     from helpers import lone_runner
     from mikasa_reference import reference_episode
 
+    from pytest_vlaeval.benchmark.model import resolve_benchmark, select
     from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
-    from pytest_vlaeval.spec import resolve_benchmark, select
 
     task, seed = "RememberColor3-VLA-v0", 4242424242
     benchmark, _ = resolve_benchmark("mikasa:short")

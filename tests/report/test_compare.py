@@ -17,6 +17,7 @@ import pytest
 from helpers import TESTS, checkpoint_runs, read_page, record
 
 import pytest_vlaeval
+from pytest_vlaeval.benchmark.model import load_benchmark, resolve_benchmark, select
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.baseline import load_baseline
 from pytest_vlaeval.gate.fixed import FixedGate, paired_interval
@@ -26,7 +27,6 @@ from pytest_vlaeval.report.comparison import GROUP, OVERALL, TASK, ComparisonErr
 from pytest_vlaeval.results.canonical import summary
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import load_benchmark, resolve_benchmark, select
 
 
 def test_three_checkpoints_side_by_side_with_the_gates_paired_differences(fake: pytest.Pytester) -> None:
@@ -100,6 +100,70 @@ def test_a_folder_that_is_no_run_is_refused_with_one_line(tmp_path: Path) -> Non
         pytest_vlaeval.compare(tmp_path)
 
 
+ALPHA_ONLY = """
+import numpy as np
+
+
+class AlphaOnly:
+    chunk_size = 1
+
+    def reset(self, episode):
+        self.reach = 1.0 if episode.task == "Alpha-v0" else 0.0  # every seed of Alpha-v0, none of another
+
+    def act(self, obs):
+        return np.full(7, self.reach, dtype=np.float32)
+"""
+
+
+def test_the_overall_and_group_rows_compare_only_the_tasks_every_run_has(fake: pytest.Pytester, tmp_path: Path) -> None:
+    """One policy over Alpha-v0 and Beta-v0, then over Alpha-v0 alone: side by side, their overall
+    rows were 50% (two tasks) and 100% (one task), a difference that is only the missing task."""
+    fake.makepyfile(alpha_only=ALPHA_ONLY)
+    runs = {"both": [], "alpha": ["--vla-tasks=Alpha-v0"]}
+    for name, extra in runs.items():
+        fake.runpytest("--benchmark=fake.yaml:short", "--policy=alpha_only:AlphaOnly", f"--vla-run-name={name}", *extra)
+    both, alpha = (fake.path / "results" / name for name in runs)
+    assert (load_run(both)[0]["sr_split"], load_run(alpha)[0]["sr_split"]) == (0.5, 1.0)
+
+    comparison = pytest_vlaeval.compare(both, alpha)
+    overall = comparison.row(OVERALL, "short")
+    assert [e.sr if e else None for e in overall.estimates] == [1.0, 1.0]
+    assert overall.estimates[0] == comparison.row(TASK, "Alpha-v0").estimates[0], "the mean over Alpha-v0 alone"
+    assert overall.differences[0] is not None and overall.differences[0].difference == 0.0
+    assert [(r.axis, r.name) for r in comparison.rows if r.kind == GROUP] == [
+        ("split", "Short"),
+        ("memory type", "Object"),
+    ], "Spatial's only task, Beta-v0, is not in both runs"
+    assert [e.sr if e else None for e in comparison.row(GROUP, "Short", "split").estimates] == [1.0, 1.0]
+    assert [e.sr if e else None for e in comparison.row(TASK, "Beta-v0").estimates] == [0.0, None]
+    note = (
+        "The overall and group rows are over the tasks all 2 runs have results for (1 of 2): they leave out "
+        "Beta-v0, shown in the task rows."
+    )
+    assert comparison.note == note
+    assert pytest_vlaeval.compare(both, both).note is None, "no note where every run has the same tasks"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_vlaeval", "compare", str(both), str(alpha), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert note in done.stdout.splitlines() and "| overall short | 100.0% [" in done.stdout
+    assert note in (tmp_path / "compare.md").read_text().splitlines()
+    assert "shared-tasks" in read_page(tmp_path / "compare.html").ids
+    assert note in (tmp_path / "compare.html").read_text()
+
+
+def test_runs_that_share_no_task_are_refused_with_one_line(tmp_path: Path) -> None:
+    first, second = canonical_run(tmp_path / "first"), canonical_run(tmp_path / "second")
+    edit(first / "summary.json", lambda d: d.update(tasks=["Alpha-v0"]))
+    edit(second / "summary.json", lambda d: d.update(tasks=["Beta-v0"]))
+    with pytest.raises(ComparisonError, match=f"refusing to compare {first}, {second}: no task has results in every"):
+        pytest_vlaeval.compare(first, second)
+
+
 # -- received runs: files that disagree with one another, names that are not plain text ------------
 
 
@@ -171,6 +235,36 @@ INCONSISTENT = {
         "summary.json",
         lambda d: d["ci95_methods"].pop("sr_split_ci95"),
         "summary.json: ci95_methods has no sr_split_ci95",
+    ),
+    "a split SR above 1": (
+        "summary.json",
+        lambda d: d.update(sr_split=7.5),
+        "summary.json: sr_split holds 7.5, outside [0, 1] where a success rate lies",
+    ),
+    "a split interval below 0": (
+        "summary.json",
+        lambda d: d.update(sr_split_ci95=[-0.5, 0.9]),
+        "summary.json: sr_split_ci95 holds -0.5, outside [0, 1]",
+    ),
+    "a group SR below 0": (
+        "summary.json",
+        lambda d: d["sr_per_memory_type"].update(Object=-3.0),
+        "summary.json: sr_per_memory_type['Object'] holds -3.0, outside [0, 1]",
+    ),
+    "a group interval above 1": (
+        "summary.json",
+        lambda d: d["sr_per_memory_type_ci95"].update(Object=[0.1, 2.0]),
+        "summary.json: sr_per_memory_type_ci95['Object'] holds 2.0, outside [0, 1]",
+    ),
+    "a task SR below 0": (
+        "Alpha-v0.json",
+        lambda d: d.update(sr=-3.0),
+        "Alpha-v0.json: sr holds -3.0, outside [0, 1] where a success rate lies",
+    ),
+    "a task interval above 1": (
+        "Alpha-v0.json",
+        lambda d: d.update(sr_ci95=[0.1, 1.5]),
+        "Alpha-v0.json: sr_ci95 holds 1.5, outside [0, 1]",
     ),
     "other axes than the first run's": (
         "summary.json",

@@ -11,12 +11,12 @@ from helpers import TESTS, record
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 from pytest_vlaeval.printable import UNSAFE
 from pytest_vlaeval.report.markdown import markdown_report, markdown_text
 from pytest_vlaeval.results.canonical import summary
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import resolve_benchmark, select
 
 HOSTILE = (
     "<img src=x onerror=alert(1)> ![pixel](http://e/p.png) [link](http://e) | **PASS** _x_ `c` ~s~\n# Heading\x1b[2J"

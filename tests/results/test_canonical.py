@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from helpers import TESTS, record
 
-from pytest_vlaeval import spec_file
+from pytest_vlaeval.benchmark import file as benchmark_file
+from pytest_vlaeval.benchmark.model import builtin_benchmarks, load_benchmark, resolve_benchmark, select
 from pytest_vlaeval.results.canonical import summary, task_result
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.rundir import RunDir
-from pytest_vlaeval.spec import builtin_benchmarks, load_benchmark, resolve_benchmark, select
 
 HERE = TESTS
 
@@ -71,17 +71,17 @@ def test_task_result_orders_episodes_by_seed() -> None:
 
 @pytest.mark.parametrize("path", [*sorted(builtin_benchmarks().values()), TESTS / "fake.yaml"], ids=lambda p: p.stem)
 def test_the_canonical_files_have_exactly_the_keys_the_benchmark_file_names(tmp_path: Path, path: Path) -> None:
-    """One list of the keys a benchmark file names (``spec_file.keys_made``) is both what load
+    """One list of the keys a benchmark file names (``benchmark_file.keys_made``) is both what load
     checks for clashes and what the writer makes: every key beyond the files' fixed ones is on it."""
     benchmark = load_benchmark(path)
-    document, *_ = spec_file.parse(spec_file.read_yaml(path), path)
+    document, *_ = benchmark_file.parse(benchmark_file.read_yaml(path), path)
     task = benchmark.tasks[0]
     latest = LatestRecords(RunDir(tmp_path))
     latest.add(record(task.env_id, benchmark.start_seed, "success"))
     body, (result,) = summary(select(benchmark, "all", env_ids=[task.env_id], episodes=1), latest, interrupted=False)
-    made = {file: {key for _, key in keys} for file, keys in spec_file.keys_made(document).items()}
-    assert set(body) - spec_file.FIXED_KEYS["summary.json"] == made["summary.json"]
-    assert set(result) - spec_file.FIXED_KEYS["<ENV_ID>.json"] == made["<ENV_ID>.json"]
+    made = {file: {key for _, key in keys} for file, keys in benchmark_file.keys_made(document).items()}
+    assert set(body) - benchmark_file.FIXED_KEYS["summary.json"] == made["summary.json"]
+    assert set(result) - benchmark_file.FIXED_KEYS["<ENV_ID>.json"] == made["<ENV_ID>.json"]
 
 
 def test_a_grid_over_a_title_cased_axis_names_its_groups_as_the_files_write_them(tmp_path: Path) -> None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
-from helpers import peak_bytes, read_json, run_dir
+from helpers import episode_records, peak_bytes, read_json, run_dir
 
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.controller.ledger import Ledger
 from pytest_vlaeval.errors import PolicyError, SpecError
-from pytest_vlaeval.results.latest import LatestRecords
+from pytest_vlaeval.results.latest import READ_BYTES, LatestRecords
 from pytest_vlaeval.results.record import DETAIL_LIMIT, MAX_ATTEMPT, MAX_LINE_BYTES, EpisodeRecord, error_record
 from pytest_vlaeval.results.rundir import RunDir
 from pytest_vlaeval.results.store import RunStore
@@ -90,26 +91,21 @@ def test_the_controller_parses_each_record_once(fake: pytest.Pytester, monkeypat
     assert sorted(parsed) == sorted(3 * [("Alpha-v0", 100), ("Alpha-v0", 101), ("Beta-v0", 100), ("Beta-v0", 101)])
 
 
+def test_a_session_started_inside_an_xdist_worker_is_its_own_controller(
+    fake: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suite run under xdist that starts an evaluation hands it its worker's name and count in the
+    environment; the evaluation's records name its own workers, and the variables are back after."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "8")
+    fake.runpytest(*SHORT, "--episodes=1")
+    assert {record["worker"] for record in episode_records(run_dir(fake)).values()} == {"main"}
+    assert (os.environ["PYTEST_XDIST_WORKER"], os.environ["PYTEST_XDIST_WORKER_COUNT"]) == ("gw7", "8")
+
+
 def test_failed_episodes_are_results_and_errors_keep_their_tracebacks(fake: pytest.Pytester) -> None:
-    fake.makepyfile(
-        policies="""
-        import numpy as np
-
-        class Zero:
-            chunk_size = 1
-            def reset(self, episode):
-                pass
-            def act(self, obs):
-                return np.zeros(7)
-
-        class CrashesOnBeta(Zero):
-            def reset(self, episode):
-                if episode.task == "Beta-v0":
-                    raise RuntimeError("the policy fell over")
-        """
-    )
     result = fake.runpytest_subprocess(
-        *SHORT, "--episodes=1", "--policy=policies:CrashesOnBeta", "-p", "no:xdist", "-rfE"
+        *SHORT, "--episodes=1", "--policy=spy_policies:CrashesOnBeta", "-p", "no:xdist", "-rfE"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
@@ -117,12 +113,12 @@ def test_failed_episodes_are_results_and_errors_keep_their_tracebacks(fake: pyte
     assert "= ERRORS =" in out and "episode error traceback" in out and "RuntimeError: the policy fell over" in out
     result.stdout.fnmatch_lines(["FAILED fake-short::Alpha-v0::100 - no success in *", "*1 failed, 1 error*"])
 
-    distributed = fake.runpytest_subprocess(*SHORT, "--episodes=1", "--policy=policies:CrashesOnBeta", "-n", "2")
+    distributed = fake.runpytest_subprocess(*SHORT, "--episodes=1", "--policy=spy_policies:CrashesOnBeta", "-n", "2")
     assert "= FAILURES =" not in distributed.stdout.str() and "= ERRORS =" in distributed.stdout.str()
     distributed.stdout.fnmatch_lines(["*1 failed, 1 error*"])
 
     detailed = fake.runpytest_subprocess(
-        *SHORT, "--episodes=1", "--policy=policies:CrashesOnBeta", "-p", "no:xdist", "--vla-failure-details"
+        *SHORT, "--episodes=1", "--policy=spy_policies:CrashesOnBeta", "-p", "no:xdist", "--vla-failure-details"
     )
     detailed.stdout.fnmatch_lines(["*= ERRORS =*", "*= FAILURES =*", "*_ Alpha-v0 seed 100 _*", "no success in *"])
 
@@ -225,27 +221,47 @@ def test_a_log_whose_workers_clocks_disagree_is_read_whole(tmp_path: Path) -> No
     assert {key: r.outcome for key, r in latest.items()} == {("A", 1): "success", ("B", 1): "success"}
 
 
-def test_a_line_too_long_to_be_a_record_is_refused_without_being_read_whole(tmp_path: Path) -> None:
-    """A sparse 3 GiB 'log' (no disk space, all zero bytes) is refused at once, in bounded memory."""
+def test_a_line_too_long_to_be_a_record_is_passed_over_unread_and_named(tmp_path: Path) -> None:
+    """A line of zero bytes past ``MAX_LINE_BYTES`` between two records, then a torn tail as long
+    (sparse: no disk space): both are passed over in a read's piece of memory, each named by file
+    and line, and the records around them are kept (refused, the first cost 256 MiB to read)."""
     log = tmp_path / "episodes" / "huge.jsonl"
     log.parent.mkdir()
-    log.write_text(line(record("A", 1, "success", EARLY)))
-    with log.open("r+b") as f:
-        f.truncate(3 * 2**30)
-    refused: list[str] = []
+    first = line(record("A", 1, "success", EARLY)).encode()
+    second = line(record("B", 1, "failure", EARLY)).encode()
+    with log.open("wb") as f:
+        f.write(first)
+        f.seek(MAX_LINE_BYTES + READ_BYTES, 1)
+        f.write(b"\n" + second)
+        f.truncate(f.tell() + MAX_LINE_BYTES + READ_BYTES)
+    read: list[LatestRecords] = []
 
-    def read() -> None:
-        with pytest.raises(SpecError) as caught:
-            LatestRecords.read(RunDir(tmp_path))
-        refused.append(str(caught.value))
+    assert peak_bytes(lambda: read.append(LatestRecords.read(RunDir(tmp_path)))) < 8 * READ_BYTES
+    (latest,) = read
+    assert sorted(latest) == [("A", 1), ("B", 1)]
+    assert latest.skipped == [
+        f"{log} line {number} passed over: longer than {MAX_LINE_BYTES // 2**20} MiB, so no episode record "
+        "(none is written so long); the log's other lines are read"
+        for number in (2, 4)
+    ]
+    latest.catch_up()
+    assert len(latest.skipped) == 2, "what was passed over is not read again"
 
-    assert peak_bytes(read) < 3 * MAX_LINE_BYTES
-    (message,) = refused
-    assert (
-        f"huge.jsonl line 2 is not an episode record (longer than {MAX_LINE_BYTES // 2**20} MiB); inspect it, then remove it with: sed"
-        in message
-    )
-    assert "\n" not in message
+
+def test_a_record_longer_than_a_reads_piece_is_read_whole_once_it_ends(tmp_path: Path) -> None:
+    """A record of megabytes (a policy's long exception) torn mid-append is not a record yet, and
+    is read whole once its writer ends it."""
+    made = dataclasses.replace(record("A", 1, "failure", EARLY), detail="x" * (3 * READ_BYTES))
+    text = line(made)
+    log = tmp_path / "episodes" / "other-session.jsonl"
+    log.parent.mkdir()
+    log.write_text(text[: 2 * READ_BYTES])
+    latest = LatestRecords.read(RunDir(tmp_path))
+    assert len(latest) == 0 and latest.skipped == []
+    with log.open("a") as f:
+        f.write(text[2 * READ_BYTES :] + line(record("B", 1, "success", EARLY)))
+    latest.catch_up()
+    assert latest[("A", 1)] == made and sorted(latest) == [("A", 1), ("B", 1)]
 
 
 def test_records_of_episodes_outside_the_run_are_counted_not_kept(tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from helpers import TESTS, assert_one_line_usage_error, read_json, run_dir
 
+from pytest_vlaeval.benchmark.model import MAX_EPISODES, load_benchmark, select
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results import store
-from pytest_vlaeval.spec import MAX_EPISODES, load_benchmark, select
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off"]
 

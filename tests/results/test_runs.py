@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_usage_error, episode_records, perfect_baseline, read_json, run_dir
 
+from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 from pytest_vlaeval.cli import main as vlaeval
 from pytest_vlaeval.gate.stats import mcnemar_exact, wilson
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
 from pytest_vlaeval.results.subset import shard
-from pytest_vlaeval.spec import resolve_benchmark, select
 
 SHORT = ["--benchmark=fake.yaml:short"]
 
@@ -31,45 +31,28 @@ def all_records(directory: Path) -> list[dict]:
 
 
 def test_rerun_errors_selects_from_the_store_and_keeps_the_summary_whole(fake: pytest.Pytester) -> None:
-    fake.makepyfile(
-        policies="import numpy as np\nclass Once:\n    chunk_size = 1\n    def reset(self, e):\n        pass\n    def act(self, o):\n        return np.zeros(7)\n"
-    )
-    fake.runpytest("--benchmark=fake.yaml:extra", "--policy=policies:Once", "--episodes=2")
+    fake.runpytest("--benchmark=fake.yaml:extra", "--policy=spy_policies:Zero", "--episodes=2")
     assert read_json(run_dir(fake) / "summary.json")["n_errors"] == 4
     result = fake.runpytest(
-        "--benchmark=fake.yaml:extra", "--policy=policies:Once", "--episodes=2", "--vla-rerun=errors", "--co", "-q"
+        "--benchmark=fake.yaml:extra", "--policy=spy_policies:Zero", "--episodes=2", "--vla-rerun=errors", "--co", "-q"
     )
     result.stdout.fnmatch_lines(
         ["vlaeval: --vla-rerun=errors: 4 of 4 episodes selected (4 of 4 already recorded in *)"]
     )
     result = fake.runpytest(
-        "--benchmark=fake.yaml:extra", "--policy=policies:Once", "--episodes=2", "--vla-rerun=failures"
+        "--benchmark=fake.yaml:extra", "--policy=spy_policies:Zero", "--episodes=2", "--vla-rerun=failures"
     )
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED  # nothing failed: errors are not failures
 
 
 def test_resume_after_the_session_is_killed_completes_without_recomputing(fake: pytest.Pytester) -> None:
-    fake.makepyfile(
-        slow="""
-        import time
-        import numpy as np
-
-        class Slow:
-            chunk_size = 1
-            def reset(self, episode):
-                pass
-            def act(self, obs):
-                time.sleep(0.05)
-                return np.full(7, 0.99)
-        """
-    )
     args = [
         sys.executable,
         "-m",
         "pytest",
         "--benchmark=fake.yaml",
         "--vla-tasks=Alpha-v0,Beta-v0,Gamma-v0",
-        "--policy=slow:Slow",
+        "--policy=spy_policies:SlowSuccess",
         "-p",
         "no:cacheprovider",
     ]
@@ -87,7 +70,10 @@ def test_resume_after_the_session_is_killed_completes_without_recomputing(fake: 
     assert 3 <= len(before) < 9, "killed mid-run"
 
     result = fake.runpytest(
-        "--benchmark=fake.yaml", "--vla-tasks=Alpha-v0,Beta-v0,Gamma-v0", "--policy=slow:Slow", "--vla-resume"
+        "--benchmark=fake.yaml",
+        "--vla-tasks=Alpha-v0,Beta-v0,Gamma-v0",
+        "--policy=spy_policies:SlowSuccess",
+        "--vla-resume",
     )
     result.stdout.fnmatch_lines([f"vlaeval: --vla-rerun=missing: {9 - len(before)} of 9 episodes selected*"])
     after = all_records(run_dir(fake))
@@ -126,23 +112,8 @@ def test_episodes_lost_with_their_worker_are_errors_never_silently_missing(fake:
 
 
 def test_errors_within_a_worker_are_retried(fake: pytest.Pytester) -> None:
-    fake.makepyfile(
-        second="""
-        import numpy as np
-
-        class FailsFirst:
-            chunk_size = 1
-            calls = 0
-            def reset(self, episode):
-                FailsFirst.calls += 1
-                if FailsFirst.calls == 1:
-                    raise RuntimeError("transient")
-            def act(self, obs):
-                return np.zeros(7)
-        """
-    )
     result = fake.runpytest(
-        *SHORT, "--vla-tasks=Alpha-v0", "--episodes=1", "--policy=second:FailsFirst", "--vla-retries=2"
+        *SHORT, "--vla-tasks=Alpha-v0", "--episodes=1", "--policy=spy_policies:FailsFirst", "--vla-retries=2"
     )
     result.assert_outcomes(failed=1)
     records = all_records(run_dir(fake))

@@ -7,19 +7,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from helpers import assert_one_line_usage_error, episode_records, read_json, record, run_dir, usage_error
 
+from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 from pytest_vlaeval.errors import ResultsUnwritable, SpecError
 from pytest_vlaeval.printable import command_line
 from pytest_vlaeval.results.latest import LatestRecords
-from pytest_vlaeval.results.rundir import RunDir
+from pytest_vlaeval.results.record import MAX_LINE_BYTES
+from pytest_vlaeval.results.rundir import NAME_MAX, RunDir
 from pytest_vlaeval.results.store import RunStore, run_dir_name
-from pytest_vlaeval.spec import resolve_benchmark, select
 
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider"]
 
@@ -31,6 +34,17 @@ def test_run_dir_name_is_deterministic_and_separates_selections() -> None:
     narrowed = select(benchmark, "short", env_ids=["InterceptSlow-VLA-v0"])
     assert run_dir_name(narrowed, "random") == run_dir_name(narrowed, "random") != run_dir_name(full, "random")
     assert run_dir_name(select(benchmark, "short", episodes=5), "random") != run_dir_name(full, "random")
+
+
+def test_a_run_dir_name_too_long_for_a_folder_keeps_its_start_and_ends_in_a_digest_of_the_whole() -> None:
+    """Module paths that differ only past the cut still name two runs."""
+    full = select(resolve_benchmark("mikasa")[0], "short")
+    long_module, other = ("pkg." + "m" * 300 + ending + ":make" for ending in ("a", "b"))
+    name = run_dir_name(full, long_module)
+    assert len(name.encode()) == NAME_MAX and re.fullmatch(r"mikasa-short-pkg\.m+-[0-9a-f]{8}", name), name
+    assert run_dir_name(full, long_module) == name != run_dir_name(full, other)
+    fits = "pkg." + "m" * 200 + ":make"
+    assert run_dir_name(full, fits) == "mikasa-short-pkg." + "m" * 200 + "_make"
 
 
 def test_store_keeps_the_latest_attempt_and_ignores_a_torn_line(tmp_path: Path) -> None:
@@ -102,6 +116,107 @@ def test_concurrent_shards_into_one_run_leave_a_summary_of_everything_stored(fak
     assert all(read_json(directory / f"{task}.json")["complete"] for task in ("Alpha-v0", "Beta-v0"))
 
 
+HELD = """
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+class Held:
+    '''Zero actions, the first only once the test lets it go: a session that still runs when the
+    other one started beside it has checked the run directory.'''
+
+    chunk_size = 1
+
+    def reset(self, episode):
+        pass
+
+    def act(self, obs):
+        deadline = time.monotonic() + 120
+        while not Path("go").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return np.zeros(7)
+"""
+
+
+def test_of_two_sessions_started_at_once_on_one_run_the_second_refuses(fake: pytest.Pytester) -> None:
+    """Both ran every episode (12 records for 6 episodes). Now the session that holds the run is
+    named, with what to do, and the next session after it runs as usual."""
+    fake.makepyfile(held=HELD)
+    command = [sys.executable, "-m", "pytest", *SHORT, "--policy=held:Held"]
+    sessions = [
+        subprocess.Popen(command, cwd=fake.path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while all(session.poll() is None for session in sessions) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (refused,) = [session for session in sessions if session.poll() is not None]
+        (holder,) = [session for session in sessions if session is not refused]
+        _, err = refused.communicate()
+        assert refused.returncode == pytest.ExitCode.USAGE_ERROR, err
+        directory = run_dir(fake)
+        errors = [line for line in err.splitlines() if line.startswith("ERROR:")]
+        named = re.escape(
+            f"ERROR: {directory} is being run by another session, pid {holder.pid} on {socket.gethostname()}"
+        )
+        advice = ": wait for it to end, or start this one beside it with --vla-run-name=<new name> (or another --vla-results)"
+        assert len(errors) == 1 and re.fullmatch(rf"{named} since \S+{re.escape(advice)}", errors[0]), err
+    finally:
+        (fake.path / "go").touch()
+    assert holder.wait(120) == pytest.ExitCode.TESTS_FAILED
+    assert record_lines(directory) == 6, "every episode ran once"
+    assert (directory / ".session.lock").read_bytes() == b"", "an ended session names itself no more"
+
+    again = fake.runpytest(*SHORT, "--policy=held:Held")
+    assert again.ret == pytest.ExitCode.TESTS_FAILED, again.errlines
+    assert record_lines(directory) == 12, "after it, a session runs every episode again"
+
+
+def record_lines(directory: Path) -> int:
+    return sum(len(log.read_text().splitlines()) for log in (directory / "episodes").glob("*.jsonl"))
+
+
+HOLDS = """
+import sys, time
+from pathlib import Path
+from pytest_vlaeval.results.store import RunStore
+store = RunStore(Path(sys.argv[1]))
+store.occupy()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_session_whose_process_is_gone_holds_the_run_no_more(fake: pytest.Pytester) -> None:
+    """The lock is the file system's: a killed session's file still names it, and blocks nothing."""
+    fake.runpytest(*SHORT, "--policy=zero")
+    directory = run_dir(fake)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDS, str(directory)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(SpecError, match=f"is being run by another session, pid {holder.pid} on "):
+            RunStore(directory).occupy()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert f'"pid": {holder.pid}' in (directory / ".session.lock").read_text()
+    assert fake.runpytest(*SHORT, "--policy=zero").ret == pytest.ExitCode.TESTS_FAILED
+    assert record_lines(directory) == 12
+
+
+def test_each_shard_of_a_run_is_held_by_its_own_session(tmp_path: Path) -> None:
+    first, second = RunStore(tmp_path, "shard1of2"), RunStore(tmp_path, "shard2of2")
+    first.occupy()
+    second.occupy()  # the shards of an array run side by side
+    with pytest.raises(SpecError, match=rf"is being run by another session \(the same shard\), pid {os.getpid()} "):
+        RunStore(tmp_path, "shard1of2").occupy()
+    first.vacate()
+    RunStore(tmp_path, "shard1of2").occupy()
+
+
 @pytest.mark.parametrize("where", ["a-regular-file", "/proc/self/results"])
 def test_an_unusable_results_location_stops_in_one_line_before_any_episode(fake: pytest.Pytester, where: str) -> None:
     (fake.path / "a-regular-file").write_text("not a directory\n")
@@ -127,6 +242,24 @@ def test_a_damaged_store_line_is_refused_naming_file_line_and_repair(fake: pytes
     repaired = fake.runpytest(*args, "--vla-resume")
     repaired.stdout.fnmatch_lines(["*1 of 3 episodes selected*"])
     assert read_json(run_dir(fake) / "summary.json")["n_missing"] == 0
+
+
+def test_a_session_passes_over_a_line_too_long_to_be_a_record_and_says_so(fake: pytest.Pytester) -> None:
+    """A line past ``MAX_LINE_BYTES`` (sparse zero bytes) is no record any session wrote: a resumed
+    session warns of it, naming file and line, and keeps the records around it."""
+    args = [*SHORT, "--vla-tasks=Alpha-v0"]
+    fake.runpytest(*args)
+    (log,) = (run_dir(fake) / "episodes").glob("*.jsonl")
+    lines = log.read_bytes().splitlines(keepends=True)
+    with log.open("wb") as f:
+        f.write(lines[0])
+        f.seek(MAX_LINE_BYTES + 1, 1)
+        f.write(b"\n" + b"".join(lines[1:]))
+    result = fake.runpytest(*args, "--vla-resume")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, "every episode is still recorded"
+    result.stdout.fnmatch_lines(
+        [f"*PytestWarning: {log} line 2 passed over: longer than 256 MiB, so no episode record*"]
+    )
 
 
 def test_canonical_files_honour_the_umask(fake: pytest.Pytester) -> None:

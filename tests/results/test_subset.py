@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_vlaeval.benchmark.model import Selection, load_benchmark, select
 from pytest_vlaeval.choices import EPISODE_LIST_MAX_MIB
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.results.subset import parse_shard, read_episode_list, shard, unfinished_shards
-from pytest_vlaeval.spec import Selection, load_benchmark, select
 
 HERE = Path(__file__).parent.parent
 

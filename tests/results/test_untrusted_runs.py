@@ -111,6 +111,30 @@ def test_compare_into_a_folder_it_cannot_write_is_one_line(two_runs: list[Path],
     assert_one_line(proc, f"writing {blocked}/compare.md")
 
 
+def test_nothing_a_received_run_names_or_holds_is_imported(
+    two_runs: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Merge and compare read a received run's benchmark file, whose ``env.factory`` names the
+    module ``fake_env``: here that module, and the run's own ``conftest.py`` and ``fake_env.py``,
+    would leave a file behind if imported. None is."""
+    imported = tmp_path / "IMPORTED"
+    trap = f"from pathlib import Path\nPath({str(imported)!r}).write_text(__name__)\n"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "fake_env.py").write_text(trap)
+    for run in two_runs:
+        (run / "conftest.py").write_text(trap)
+        (run / "fake_env.py").write_text(trap)
+    monkeypatch.setenv("PYTHONPATH", str(elsewhere))  # where `fake_env` is the trap
+    merged = vlaeval("merge", str(two_runs[0]), "--out", str(tmp_path / "merged"), cwd=elsewhere)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    compared = vlaeval("compare", *map(str, two_runs), "--out", str(tmp_path / "compared"), cwd=elsewhere)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert not imported.exists(), f"{imported.read_text()} was imported"
+    subprocess.run([sys.executable, "-c", "import fake_env"], cwd=elsewhere, check=True)
+    assert imported.read_text() == "fake_env", "the trap was armed"
+
+
 @pytest.mark.parametrize("what", ["fingerprint", "policy"])
 def test_merge_refuses_a_garbage_fingerprint_or_policy_in_one_line(fake: pytest.Pytester, what: str) -> None:
     fake.runpytest(*SHORT, "--vla-shard=1/2", "--vla-results=one")
@@ -357,6 +381,31 @@ def test_a_session_on_a_received_run_with_a_linked_folder_or_lock_stops_before_a
         assert contents(outside) == before
 
 
+def test_the_run_directory_as_named_is_followed_where_it_is_a_link(
+    fake: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run moved to another disk and linked back under its name: a session that reruns its
+    failures and a merge of it work in the folder the link leads to."""
+    from pytest_vlaeval.cli import main as vlaeval
+
+    args = [*SHORT, "--vla-run-name=mine"]
+    fake.runpytest(*args)
+    moved = fake.path / "other-disk" / "mine"
+    moved.parent.mkdir()
+    (fake.path / "results" / "mine").rename(moved)
+    (fake.path / "results" / "mine").symlink_to(moved, target_is_directory=True)
+
+    def logged() -> int:  # lines, not files: the rerun may append to the first's log (one process, one second)
+        return sum(len(log.read_text().splitlines()) for log in (moved / "episodes").iterdir())
+
+    before = logged()
+    rerun = fake.runpytest(*args, "--vla-rerun=failures")
+    assert rerun.ret in (0, 1) and "INTERNALERROR" not in rerun.stdout.str(), rerun.stdout.str()
+    assert logged() > before, "the rerun's records are in the folder linked to"
+    assert vlaeval(["merge", str(fake.path / "results" / "mine")]) == 0, capsys.readouterr().out
+    assert (fake.path / "results" / "mine").is_symlink() and (moved / "summary.json").is_file()
+
+
 def test_a_terminated_merge_says_to_run_it_again_as_an_interrupted_one_does(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -460,8 +509,8 @@ def test_merge_prints_a_received_policy_as_text_in_a_command_that_names_it_exact
 def test_the_fill_command_names_a_built_in_only_where_the_run_was_made_with_it(tmp_path: Path) -> None:
     """A received run may call its benchmark ``pusht`` and keep another file: the command then
     names the file the run keeps, which is the one that can run it."""
+    from pytest_vlaeval.benchmark.model import builtin_benchmarks, load_benchmark
     from pytest_vlaeval.merge import rerun_command
-    from pytest_vlaeval.spec import builtin_benchmarks, load_benchmark
 
     pusht = load_benchmark(builtin_benchmarks()["pusht"])
     made_with_pusht = {

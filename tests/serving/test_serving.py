@@ -10,10 +10,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import re
 import resource
 import select
+import shlex
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -39,11 +42,13 @@ from pytest_vlaeval.policy.contract import episode_rng
 from pytest_vlaeval.policy.loading import parse_local_policy
 from pytest_vlaeval.serving.client.connect import connect_policy
 from pytest_vlaeval.serving.client.policies import RemotePolicy, RemoteTraceback
+from pytest_vlaeval.serving.server import sockets as server_sockets
 from pytest_vlaeval.serving.server import table as server_module
 from pytest_vlaeval.serving.server.launcher import ServerProcess, ServerStartError
-from pytest_vlaeval.serving.server.policy_server import SOCKETS_PER_CONNECTION, PolicyServer, ServerConfig
+from pytest_vlaeval.serving.server.policy_server import PolicyServer, ServerConfig
+from pytest_vlaeval.serving.server.sockets import ACCEPT_SLACK, SOCKETS_PER_CONNECTION, descriptors_needed
 from pytest_vlaeval.serving.url import TOKEN_ENV, parse_remote_spec
-from pytest_vlaeval.serving.wire import vlaeval as protocol
+from pytest_vlaeval.serving.wire import native as protocol
 
 # openpi-client connects the way websockets 17 deprecates; that is its business, not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager:DeprecationWarning")
@@ -62,6 +67,14 @@ def marker_obs(marker: float, instruction: str = "echo", size: int = 4) -> dict[
         "proprio": np.full((1, 7), marker, np.float32),
         "instruction": instruction,
     }
+
+
+def nested(levels: int, leaf: Any) -> dict[str, Any]:
+    """An observation of ``levels`` maps, each inside the last, ``leaf`` in the innermost."""
+    obs: dict[str, Any] = {"leaf": leaf}
+    for _ in range(levels - 1):
+        obs = {"k": obs}
+    return obs
 
 
 def echo(history: list[float]) -> np.ndarray:
@@ -83,6 +96,13 @@ class Recorder:
     release = threading.Event()
 
 
+def hold_on_wait(observations: list[dict[str, Any]]) -> None:
+    """Keep the policy thread busy while a test queues requests, when a row's instruction is ``wait``."""
+    if any(o["instruction"] == "wait" for o in observations):
+        Recorder.entered.set()
+        Recorder.release.wait(WAIT_S)
+
+
 class EchoMemory:
     """A memory policy without ``act_batch``: its history lives on the instance."""
 
@@ -92,6 +112,7 @@ class EchoMemory:
         self.history: list[float] = []
 
     def act(self, obs: dict[str, Any]) -> np.ndarray:
+        hold_on_wait([obs])
         self.history.append(float(obs["proprio"][0, 0]))
         return echo(self.history)
 
@@ -104,9 +125,7 @@ class BatchedEchoMemory(EchoMemory):
 
     def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> np.ndarray:
         Recorder.batches.append([client_id(e) for e in episodes])
-        if any(o["instruction"] == "wait" for o in observations):
-            Recorder.entered.set()
-            Recorder.release.wait(WAIT_S)
+        hold_on_wait(observations)
         rows = []
         for episode, obs in zip(episodes, observations, strict=True):
             episode.state["history"].append(float(obs["proprio"][0, 0]))
@@ -169,6 +188,7 @@ class BadRowForOneTask(Faulty):
 
     def act_batch(self, episodes: list[Any], observations: list[dict[str, Any]]) -> list[Any]:
         Recorder.batches.append([client_id(e) for e in episodes])
+        hold_on_wait(observations)
         return [Unconvertible() if o["instruction"] == "bad output" else np.zeros((1, 7)) for o in observations]
 
 
@@ -176,6 +196,7 @@ class PlainBadRowForOneTask(BadRowForOneTask):
     act_batch = None  # type: ignore[assignment]
 
     def act(self, obs: dict[str, Any]) -> Any:
+        hold_on_wait([obs])
         return Unconvertible() if obs["instruction"] == "bad output" else np.zeros(7)
 
 
@@ -258,6 +279,24 @@ def in_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
         return list(pool.map(work, range(count)))
 
 
+def queued_behind_a_busy_policy(server: ThreadServer, count: int, work: Callable[[int], Any]) -> list[Any]:
+    """``in_threads(count, work)`` while another episode's request holds the policy thread until
+    ``count`` requests wait: their first requests are one batch however fast the policy is (a policy
+    without ``act_batch`` never waits for batch mates). Their episodes must be open already (an open
+    needs the policy thread too)."""
+    holder = client(server.url)
+    holder.reset(episode(99))
+    with ThreadPoolExecutor(2) as pool:
+        held = pool.submit(holder.act, marker_obs(0, "wait"))
+        assert Recorder.entered.wait(WAIT_S)
+        results = pool.submit(in_threads, count, work)
+        server.wait_for(lambda stats: stats["queued_requests"] == count)
+        Recorder.release.set()
+        held.result(WAIT_S)
+        holder.close()
+        return results.result(WAIT_S)
+
+
 @contextlib.contextmanager
 def raw(url: str) -> Iterator[ClientConnection]:
     """A bare websocket client, past the server's metadata frame."""
@@ -303,6 +342,19 @@ def test_waiting_episodes_are_served_in_one_batch(start_server) -> None:
     assert server.stats()["batch_sizes"] == {"4": 1}
 
 
+def test_a_policy_without_act_batch_never_waits_for_batch_mates(start_server) -> None:
+    """Its rows are computed one at a time anyway: a request goes out at once, although another
+    open episode could still join it within the (here very long) wait."""
+    server = start_server("test_serving:EchoMemory", max_batch_size=4, max_wait_ms=60_000)
+    waiting, asking = client(server.url), client(server.url, timeout=5)
+    waiting.reset(episode(0))
+    asking.reset(episode(1))
+    began = time.monotonic()
+    assert asking.act(marker_obs(7))[0, 1] == 7
+    assert time.monotonic() - began < 5
+    assert server.stats()["batch_sizes"] == {"1": 1}
+
+
 def test_the_next_batch_is_collected_while_one_runs(start_server) -> None:
     server = start_server("test_serving:BatchedEchoMemory", max_batch_size=8, max_wait_ms=20)
     policies = [client(server.url) for _ in range(4)]
@@ -323,22 +375,23 @@ def test_episode_memory_never_leaks_into_batch_mates(start_server, spec: str) ->
     server = start_server(spec, max_batch_size=4, max_wait_ms=200)
     count, steps = 6, 4
     policies = [client(server.url) for _ in range(count)]
+    for i, policy in enumerate(policies):
+        policy.reset(episode(i))
     together = threading.Barrier(count)
 
     def run(i: int) -> list[np.ndarray]:
-        policies[i].reset(episode(i))
         replies = []
         for step in range(steps):
             together.wait(WAIT_S)
             replies.append(policies[i].act(marker_obs(100 * i + step)))
         return replies
 
-    for i, replies in enumerate(in_threads(count, run)):
+    for i, replies in enumerate(queued_behind_a_busy_policy(server, count, run)):
         for step, reply in enumerate(replies):
             own = [100.0 * i + s for s in range(step + 1)]
             assert np.array_equal(reply, echo(own)), f"episode {i} step {step} saw another episode's memory"
     stats = server.stats()
-    assert stats["requests"] == count * steps and max(int(size) for size in stats["batch_sizes"]) > 1
+    assert stats["requests"] == count * steps + 1 and max(int(size) for size in stats["batch_sizes"]) == 4
     ids = {policy._episode for policy in policies}
     for policy in policies:
         policy.close()
@@ -436,15 +489,14 @@ def test_a_policy_without_act_batch_fails_only_the_faulty_request(start_server) 
 def test_an_unusable_row_fails_only_its_own_episode_blamed_on_the_policy(start_server, spec: str) -> None:
     server = start_server(spec, max_batch_size=2, max_wait_ms=10_000)
     policies = [client(server.url) for _ in range(2)]
-    together = threading.Barrier(2)
+    for i, policy in enumerate(policies):
+        policy.reset(episode(i))
 
     def run(i: int) -> Exception | np.ndarray:
-        policies[i].reset(episode(i))
-        together.wait(WAIT_S)
         return _outcome(policies[i], marker_obs(i, "bad output" if i == 0 else "ok"))
 
-    bad, good = in_threads(2, run)
-    assert server.stats()["batch_sizes"] == {"2": 1}, "both rows shared one batch"
+    bad, good = queued_behind_a_busy_policy(server, 2, run)
+    assert server.stats()["batch_sizes"] == {"1": 1, "2": 1}, "both rows shared one batch"
     assert isinstance(bad, PolicyError) and "server fault" not in str(bad), bad
     assert "weights on a device that is gone" in str(bad)
     assert isinstance(good, np.ndarray) and good.shape == (1, 7)
@@ -586,6 +638,32 @@ def test_sockets_that_never_finish_their_handshake_are_bounded(start_server) -> 
     assert policy.act(marker_obs(1)).shape == (1, 7)
 
 
+def test_a_full_server_makes_room_by_closing_the_oldest_silent_socket(
+    start_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newcomer to a full server takes the place of the oldest socket silent past the grace; a
+    socket within its grace keeps its place, and so does a connection that spoke, however old."""
+    monkeypatch.setattr(server_sockets, "SILENT_GRACE_S", WAIT_S)
+    server = start_server("random", max_connections=1)
+    address = ("127.0.0.1", server.server.port)
+    with raw(server.url) as speaking, socket.create_connection(address, timeout=WAIT_S) as silent:
+        server.wait_for(lambda stats: stats["open_sockets"] == SOCKETS_PER_CONNECTION)
+        with socket.create_connection(address, timeout=WAIT_S) as early:
+            assert closed_by_server(early), "the silent socket is within its grace: the newcomer is closed at once"
+        monkeypatch.setattr(server_sockets, "SILENT_GRACE_S", 0.0)
+        assert http_get(server.url)[0] == 200
+        assert closed_by_server(silent), "the silent socket made room for the health check"
+        assert ask(speaking, {"type": "open", "episode": "e1", **episode(1).to_dict()})["type"] == "opened"
+        server.wait_for(lambda stats: stats["open_sockets"] == 1)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (it never sent anything); waits up to the socket's timeout."""
+    with contextlib.suppress(ConnectionResetError):
+        return sock.recv(1) == b""
+    return True
+
+
 # -- admission, idle episodes, health ---------------------------------------------------------
 
 
@@ -627,14 +705,14 @@ def test_every_bad_request_gets_a_reply_and_every_slot_comes_back(
             ({"pixels": {"top": np.zeros(2)}}, None),  # a dict of cameras passes the check
             ({b"x": np.zeros(2)}, "'act' needs 'obs' as a map of names to arrays, strings, numbers or such maps"),
             ({"x": [1, 2]}, "'act' needs 'obs' as a map of names to arrays, strings, numbers or such maps"),
-            (
-                {"x": {"y": {"z": {"w": np.zeros(2)}}}},
-                "or such maps (at most 3 deep: a dict of cameras, of robot parts)",
-            ),
+            ({"x": {str(i): 0 for i in range(1025)}}, "'act' needs 'obs' as a map of at most 1,024 names"),
+            (nested(33, np.zeros(2)), "'act' needs 'obs' as a map nested at most 32 deep, got deeper at 'k.k.k."),
         ]:
             step = -1 if reason is None else 0
             reply = ask(ws, {"type": "act", "episode": "e", "step": step, "obs": obs})
             assert (reason or "'act' needs 'step' as an int >= 0, got -1") in reply["message"], reply
+        reply = ask(ws, {"type": "act", "episode": "e", "step": 0, "obs": nested(6, np.zeros(2))})
+        assert reply["type"] == "actions", "maps nest as the env gives them: deeper than any benchmark's today"
         assert ask(ws, {"type": "close", "episode": "e"})["type"] == "closed"
         # a fault past admission, where the episode is made
         monkeypatch.setattr(server_module.BatchEpisode, "of", classmethod(lambda cls, episode_id, info: 1 / 0))
@@ -894,3 +972,118 @@ def test_connections_past_the_cap_are_refused_and_repeated_log_lines_are_held_ba
     assert log.count("WARNING refused a connection from") == 1, log
     assert "55 more lines like 'refused a connection from %s: %d connections are open'" in log
     assert len(log.splitlines()) < 20, log
+
+
+def under_ulimit(tmp_path: Path, open_files: int) -> Path:
+    """An interpreter that runs this one under ``ulimit -n open_files``."""
+    wrapper = tmp_path / "python-under-ulimit"
+    wrapper.write_text(f'#!/bin/sh\nulimit -n {open_files}\nexec {shlex.quote(sys.executable)} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.mark.parametrize("max_connections", [64, 128])
+def test_a_burst_of_silent_sockets_never_runs_the_server_out_of_descriptors(
+    tmp_path: Path, max_connections: int
+) -> None:
+    """Under ``ulimit -n 256``, 400 sockets that connect and never speak: the server's descriptors
+    stay within its bound (asyncio never fails to accept, which would stop accepting for a second),
+    and while the burst still holds its sockets, ``/healthz`` answers and an episode is served."""
+    open_files, burst = 256, 400
+    process = ServerProcess(
+        "zero",
+        tmp_path / "server.log",
+        ["--max-connections", str(max_connections)],
+        python=under_ulimit(tmp_path, open_files),
+    )
+    url = process.start(timeout_s=WAIT_S * 2)
+    assert process.proc is not None
+    descriptors = Path(f"/proc/{process.proc.pid}/fd")
+    own = len(os.listdir(descriptors))
+    bound = min(SOCKETS_PER_CONNECTION * max_connections, open_files - descriptors_needed(0))
+    address = ("127.0.0.1", int(url.rpartition(":")[2]))
+    silent: list[socket.socket] = []
+    try:
+        peak = own
+        for _ in range(burst):
+            silent.append(socket.create_connection(address, timeout=WAIT_S))
+            peak = max(peak, len(os.listdir(descriptors)))
+        deadline = time.monotonic() + server_sockets.SILENT_GRACE_S + 5.0
+        while True:
+            try:
+                health = process.health()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "/healthz did not answer while the burst held its sockets"
+                time.sleep(0.1)
+        assert health["open_sockets"] <= bound + 1
+        policy = client(url, connect_timeout=5)
+        policy.reset(episode(1))
+        assert policy.act(marker_obs(1)).shape == (1, 7)
+        policy.close()
+        peak = max(peak, len(os.listdir(descriptors)))
+    finally:
+        for sock in silent:
+            sock.close()
+        assert process.stop() == 0
+    log = (tmp_path / "server.log").read_text()
+    assert "out of system resource" not in log, log
+    assert peak <= own + bound + ACCEPT_SLACK, f"{peak} descriptors open: {own} of its own and {bound} sockets"
+    assert (f"leaves room for {bound} sockets" in log) == (bound < SOCKETS_PER_CONNECTION * max_connections)
+
+
+# -- what a client takes from a server --------------------------------------------------------
+
+
+class OverTheReplyBound:
+    """Answers every step with one chunk of zeros whose reply frame is just past 16 MiB."""
+
+    chunk_size = 16 * 2**20 // (7 * 4) + 1
+
+    def reset(self, episode: EpisodeInfo) -> None:
+        pass
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        return np.zeros((self.chunk_size, 7), np.float32)
+
+
+def test_a_reply_past_16_mib_is_an_episode_error_naming_the_bound(start_server, fake: pytest.Pytester) -> None:
+    """A server is trusted for actions, not for its sizes: a session whose server replies with a
+    frame over the client's bound records a server error that names the bound, never reads it."""
+    from helpers import episode_records, run_dir
+
+    server = start_server("test_serving:OverTheReplyBound")
+    result = fake.runpytest(
+        "--benchmark=fake.yaml:short",
+        f"--policy={server.url}?timeout={WAIT_S}",
+        "--episodes=1",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(errors=2)
+    records = episode_records(run_dir(fake))
+    assert {(r["outcome"], r["error_kind"]) for r in records.values()} == {("error", "server")}
+    assert all(f"limit of {16 * 2**20} bytes" in r["message"] for r in records.values()), records
+
+
+def test_the_serve_command_binds_this_machine_only_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``--host`` and without a token, ``vlaeval serve`` listens on the loopback address
+    alone, where any client of this machine may use the policy."""
+    import subprocess
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    command = [sys.executable, "-m", "pytest_vlaeval", "serve", "--policy", "zero", "--port", "0"]
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert re.fullmatch(r"ws://127\.0\.0\.1:\d+", url), url
+        policy = client(url, connect_timeout=WAIT_S)
+        policy.reset(episode(1))
+        assert policy.act(marker_obs(1)).shape == (1, 7)
+        policy.close()
+    finally:
+        process.terminate()
+        assert process.wait(WAIT_S) == 0

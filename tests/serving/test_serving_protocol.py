@@ -17,12 +17,12 @@ from openpi_client import msgpack_numpy
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.policy import EpisodeInfo
 from pytest_vlaeval.policy.loading import parse_local_policy
-from pytest_vlaeval.serving.server import vla_eval_handler, vlaeval_handler
+from pytest_vlaeval.serving.server import native_handler, openpi_handler, vla_eval_handler
 from pytest_vlaeval.serving.server.connection import Connection, ServerConfig
 from pytest_vlaeval.serving.server.policy_server import PolicyServer
 from pytest_vlaeval.serving.url import MAX_WAIT_S, RemoteSpec, parse_remote_spec
+from pytest_vlaeval.serving.wire import native as protocol
 from pytest_vlaeval.serving.wire import vla_eval as vla_eval_wire
-from pytest_vlaeval.serving.wire import vlaeval as protocol
 
 
 def test_arrays_scalars_and_plain_values_round_trip_exactly() -> None:
@@ -161,6 +161,42 @@ def test_any_string_as_a_policy_address_is_one_line_or_an_address(spec: str) -> 
             assert 0 < wait <= MAX_WAIT_S, "every wait is finite and bounded"
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    cameras=st.integers(1, 4),
+    channels=st.sampled_from([1, 3, 4]),
+    height=st.integers(0, 5),
+    width=st.integers(0, 5),
+    dtype=st.sampled_from(["|u1", "<f4", ">i2", "|b1"]),
+    batched=st.booleans(),
+)
+def test_cameras_travel_to_vla_eval_and_back_exactly(
+    cameras: int, channels: int, height: int, width: int, dtype: str, batched: bool
+) -> None:
+    """The cameras of ``rgb`` are split and joined a whole pixel at a time: the same arrays as
+    slicing the channels and concatenating them, for any size, dtype and number of cameras."""
+    image = (np.random.default_rng(cameras * channels).random((height, width, cameras * channels)) * 100).astype(dtype)
+    view = {
+        "rgb": image[None] if batched else image,
+        "proprio": np.arange(7, dtype=np.float32)[None],
+        "instruction": "",
+    }
+    wire = vla_eval_wire.to_wire_observation(view)
+    part = image.shape[-1] // len(wire["images"])
+    for i, camera in enumerate(wire["images"].values()):
+        assert camera.flags.c_contiguous and camera.dtype == image.dtype
+        assert np.array_equal(camera, image[..., i * part : (i + 1) * part])
+    back = vla_eval_wire.from_wire_observation(wire)["rgb"]
+    joined = np.concatenate(list(wire["images"].values()), axis=-1)[None]  # native byte order, as numpy joins
+    assert back.dtype == joined.dtype and np.array_equal(back, joined) and np.array_equal(back, image[None])
+
+
+def test_cameras_unlike_each_other_are_joined_as_numpy_concatenates_them() -> None:
+    images = {"base": np.full((2, 2, 3), 7, np.uint8), "depth": np.full((2, 2, 1), 0.5, np.float32)}
+    joined = vla_eval_wire.from_wire_observation({"images": images})["rgb"]
+    assert joined.dtype == np.float32 and np.array_equal(joined, np.concatenate(list(images.values()), axis=-1)[None])
+
+
 @pytest.mark.parametrize("address", ["ws://127.0.0.1:8000", "openpi://127.0.0.1:8000", "vla-eval://127.0.0.1:8000"])
 def test_a_server_refuses_to_proxy_another_server(address: str, capsys: pytest.CaptureFixture[str]) -> None:
     from pytest_vlaeval.cli import main
@@ -198,8 +234,14 @@ class RecordingSocket:
 class InProcessServer:
     """A loaded ``PolicyServer`` whose handler is fed frames directly, on an event loop of this test."""
 
-    def __init__(self, protocol_name: str) -> None:
-        config = ServerConfig(port=0, protocol=protocol_name, max_episodes=2, admission_timeout_s=0.01)
+    def __init__(self, protocol_name: str, max_message_bytes: int = ServerConfig.max_message_bytes) -> None:
+        config = ServerConfig(
+            port=0,
+            protocol=protocol_name,
+            max_episodes=2,
+            admission_timeout_s=0.01,
+            max_message_bytes=max_message_bytes,
+        )
         self.server = PolicyServer(parse_local_policy("random"), config)
         self.loop = asyncio.new_event_loop()
         self.loop.run_until_complete(self.server.start())
@@ -215,8 +257,9 @@ class InProcessServer:
                 for frame in frames:
                     await session.handle(frame)
             else:
+                handler = openpi_handler if self.server.config.protocol == "openpi" else native_handler
                 for frame in frames:
-                    await vlaeval_handler._frame(self.server, connection, frame)
+                    await handler._frame(self.server, connection, frame)
                     await asyncio.gather(*connection.tasks)
             for entry in list(connection.episodes.values()):
                 self.server.table.close(entry, None)
@@ -340,3 +383,145 @@ def test_any_frame_gets_an_error_reply_or_a_result_and_the_server_serves_on(prot
             assert (protocol.unpack(opened)["type"], protocol.unpack(acted)["type"]) == ("opened", "actions")
     finally:
         served.close()
+
+
+# -- an observation is bounded by its size, never by its shape --------------------------------
+
+ALOHA_OBS = {"pixels": {"top": np.zeros((6, 8, 3), np.uint8)}, "agent_pos": np.zeros(14)}
+"""ALOHA's observation as its env gives it (LeRobot's ``pixels_agent_pos``), smaller cameras."""
+LEROBOT_LIBERO_OBS = {
+    "pixels": {"image": np.zeros((6, 6, 3), np.uint8), "image2": np.zeros((6, 6, 3), np.uint8)},
+    "robot_state": {
+        "eef": {"pos": np.zeros(3), "quat": np.zeros(4), "mat": np.zeros((3, 3))},
+        "gripper": {"qpos": np.zeros(2), "qvel": np.zeros(2)},
+        "joints": {"pos": np.zeros(7), "vel": np.zeros(7)},
+    },
+}
+"""LIBERO's observation as LeRobot's ``LiberoEnv`` gives it: its robot state three maps deep."""
+SIX_DEEP = {"a": {"b": {"c": {"d": {"e": {"f": np.zeros(3, np.float32)}}}}}, "instruction": "go"}
+"""Deeper than any built-in benchmark's today, with few values."""
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    obs: dict[str, Any] = {"leaf": np.zeros(2)}
+    for _ in range(levels - 1):
+        obs = {"k": obs}
+    return obs
+
+
+def _served(served: InProcessServer, obs: dict[str, Any]) -> bytes | str:
+    """The one reply to ``obs``: an act of an opened episode, or under openpi's protocol the frame itself."""
+    if served.server.config.protocol == "openpi":
+        (reply,) = served.feed([protocol.pack(obs)])
+        return reply
+    info = EpisodeInfo(task="Task-v0", seed=1, instruction="go", episode_index=0, max_steps=5).to_dict()
+    opened, reply = served.feed(
+        [
+            protocol.pack({"type": "open", "episode": "e", **info}),
+            protocol.pack({"type": "act", "episode": "e", "step": 0, "obs": obs}),
+        ]
+    )
+    assert protocol.unpack(opened)["type"] == "opened"
+    return reply
+
+
+@pytest.mark.parametrize("protocol_name", ["vlaeval", "openpi"])
+def test_an_observation_nested_as_its_env_gives_it_is_served(protocol_name: str) -> None:
+    served = InProcessServer(protocol_name)
+    try:
+        for obs in (ALOHA_OBS, LEROBOT_LIBERO_OBS, SIX_DEEP, _nested(protocol.MAX_OBS_NESTING)):
+            reply = _served(served, obs)
+            assert isinstance(reply, bytes), reply
+            actions = protocol.unpack(reply)["actions"]
+            assert actions.ndim == 2 and actions.shape[1] == 7
+    finally:
+        served.close()
+
+
+LIMIT = 4096
+"""The in-process server's largest frame in the tests below: frames fed to its handler are not
+checked by the websocket's limit, as arrays through shared memory are not."""
+
+
+@pytest.mark.parametrize("protocol_name", ["vlaeval", "openpi"])
+@pytest.mark.parametrize(
+    ("obs", "expected"),
+    [
+        ({"state": {str(i): np.float32(0) for i in range(1025)}}, "a map of at most 1,024 names at all its levels"),
+        ({str(i): {"x": 0} for i in range(600)}, "a map of at most 1,024 names at all its levels"),  # maps count
+        ({"rgb": np.zeros(LIMIT + 1, np.uint8)}, "a map of at most 4,096 bytes of values (the server's largest frame)"),
+        (
+            {
+                "pixels": {"top": np.zeros(LIMIT // 2, np.uint8)},
+                "wrist": np.zeros(LIMIT // 2 - 1, np.uint8),
+                "go": "xy",
+            },
+            "a map of at most 4,096 bytes of values",
+        ),
+        (_nested(protocol.MAX_OBS_NESTING + 1), "a map nested at most 32 deep, got deeper at 'k.k.k.k.k.k.k.k'"),
+        ({"a": {"b": {"c": [1]}}}, "a map of names to arrays, strings, numbers or such maps, got list at 'a.b.c'"),
+        (
+            {"a": {"b\nc": {"d": None}}},
+            "a map of names to arrays, strings, numbers or such maps, got NoneType at 'a.b\\nc.d'",
+        ),  # a name from the client, quoted
+    ],
+)
+def test_an_observation_past_its_bounds_gets_one_error_reply_and_the_connection_serves_on(
+    protocol_name: str, obs: dict[str, Any], expected: str
+) -> None:
+    served = InProcessServer(protocol_name, max_message_bytes=LIMIT)
+    try:
+        reply = _served(served, obs)
+        if protocol_name == "openpi":
+            assert isinstance(reply, str) and reply.startswith(f"bad request: an observation must be {expected}")
+            message = reply
+        else:
+            refused = protocol.unpack(reply)
+            assert refused["code"] == protocol.BAD_REQUEST, refused
+            message = refused["message"]
+            assert message.startswith(f"'act' needs 'obs' as {expected}"), message
+        assert "\n" not in message
+        reply = _served(served, {"rgb": np.zeros(LIMIT // 2, np.uint8), "instruction": "go"})
+        assert protocol.unpack(reply)["actions"].shape[1] == 7, "the server serves on"
+        assert served.server.stats()["open_episodes"] == 0
+    finally:
+        served.close()
+
+
+_LEAVES = (
+    st.builds(np.zeros, st.integers(0, 48), st.sampled_from([np.uint8, np.float32, np.float64]))
+    | st.text(max_size=8)
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats()
+    | st.booleans()
+)
+_OBSERVATIONS = st.dictionaries(
+    st.text(max_size=6),
+    st.recursive(_LEAVES, lambda inner: st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=30),
+    max_size=4,
+)
+
+
+def _size(obs: dict[str, Any]) -> tuple[int, int]:
+    """An observation's bytes of values (arrays' bytes, strings' UTF-8, 8 a number) and its depth in maps."""
+    size, depth = 0, 1
+    for value in obs.values():
+        if isinstance(value, dict):
+            inner, levels = _size(value)
+            size, depth = size + inner, max(depth, levels + 1)
+        else:
+            size += (
+                value.nbytes if isinstance(value, np.ndarray) else len(value.encode()) if isinstance(value, str) else 8
+            )
+    return size, depth
+
+
+@settings(max_examples=300, deadline=None)
+@given(obs=_OBSERVATIONS, limit=st.integers(0, 1500))
+def test_an_observation_is_refused_for_its_size_never_for_its_shape(obs: dict[str, Any], limit: int) -> None:
+    """However an observation nests (these hold far fewer names than the bound), it passes exactly
+    when its values fit the frame's bytes, and a refusal is one line."""
+    size, depth = _size(obs)
+    problem = protocol.observation_problem(obs, limit)
+    assert (problem is None) == (size <= limit and depth <= protocol.MAX_OBS_NESTING), (problem, size, depth)
+    assert problem is None or "\n" not in problem

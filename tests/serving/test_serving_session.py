@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_usage_error, episode_records, lone_runner, read_json, run_dir, together
 
-from pytest_vlaeval.spec import resolve_benchmark, select
+from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 
 SERVED = '''
 import os

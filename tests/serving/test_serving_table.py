@@ -10,7 +10,7 @@ import pytest
 from pytest_vlaeval.policy import EpisodeInfo
 from pytest_vlaeval.serving.server.connection import Connection, Refused
 from pytest_vlaeval.serving.server.table import EpisodeTable
-from pytest_vlaeval.serving.wire import vlaeval as protocol
+from pytest_vlaeval.serving.wire import native as protocol
 
 
 def info(seed: int) -> EpisodeInfo:

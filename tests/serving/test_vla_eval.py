@@ -35,7 +35,7 @@ from pytest_vlaeval.policy.loading import build_policy, parse_local_policy, pars
 from pytest_vlaeval.serving.server import vla_eval_handler
 from pytest_vlaeval.serving.server.policy_server import ServerConfig
 from pytest_vlaeval.serving.server.thread import ServerThread
-from pytest_vlaeval.serving.wire.vla_eval import from_wire_observation, pack_frame, unpack_frame
+from pytest_vlaeval.serving.wire.vla_eval import decode_images, from_wire_observation, pack_frame, unpack_frame
 
 FAKE = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "-rA"]
 OPTIONS = "timeout=60&connect_timeout=5"
@@ -170,7 +170,6 @@ def test_client_executes_the_same_actions_as_the_in_process_policy(hosted, split
 
 
 def test_fake_benchmark_through_vla_eval_server_equals_in_process_under_xdist(fake: pytest.Pytester, hosted) -> None:
-    fake.makepyfile(spy_policies=(TESTS / "spy_policies.py").read_text())
     server, spec = hosted(False)
     local = fake.runpytest_subprocess(*FAKE, "--policy=spy_policies:EpisodeMemory", "--vla-results=local")
     remote = fake.runpytest_subprocess(*FAKE, f"--policy={spec}", "-n", "2", "--vla-results=remote")
@@ -282,7 +281,8 @@ async def harness_episodes(url: str, seeds: list[int], steps: int) -> list[list[
 
 def test_vla_evals_client_gets_the_in_process_actions_with_concurrent_episodes() -> None:
     config = ServerConfig(port=0, protocol="vla-eval", max_batch_size=8, max_wait_ms=20)
-    thread = ServerThread(parse_local_policy("spy_policies:EpisodeMemory"), config)
+    # batched (act_batch): the server waits max_wait_ms for the other shards' requests
+    thread = ServerThread(parse_local_policy("spy_policies:BatchedMemory"), config)
     shards = {0: [11, 12], 1: [13, 11], 2: [14, 15], 3: [16, 17]}  # seed 11 twice: state is reset per episode
     results: dict[int, list[list[np.ndarray]]] = {}
 
@@ -382,11 +382,11 @@ def test_images_that_would_decode_past_the_budget_are_refused_before_decoding_of
 ) -> None:
     decoded_on: list[str] = []
 
-    def spy(frame: bytes | str, max_frame_bytes: int) -> Any:
+    def spy(payload: dict[str, Any], seq: int, max_frame_bytes: int) -> None:
         decoded_on.append(threading.current_thread().name)
-        return unpack_frame(frame, max_frame_bytes)
+        decode_images(payload, seq, max_frame_bytes)
 
-    monkeypatch.setattr(vla_eval_handler.wire, "unpack_frame", spy)
+    monkeypatch.setattr(vla_eval_handler.wire, "decode_images", spy)
     bomb = {"__image__": True, "format": "png", "data": black_png(2000), "shape": [2000, 2000, 1]}
     assert len(bomb["data"]) < 8 * 2**10, "a few KB that declare 4 MB"
     with (
@@ -402,7 +402,8 @@ def test_images_that_would_decode_past_the_budget_are_refused_before_decoding_of
         ), reply
         kind, reply = harness.ask("observation", harness_observation(3, 0))  # PNG-free, and within the budget
         assert kind == "action", reply
-    assert decoded_on and all(name.startswith("vlaeval-decode") for name in decoded_on), decoded_on
+    on_the_server = [name for name in decoded_on if name != threading.main_thread().name]  # not the harness's
+    assert len(on_the_server) == 1 and on_the_server[0].startswith("vlaeval-decode"), on_the_server
 
 
 def test_the_serve_command_speaks_vla_eval(tmp_path: Path) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_vlaeval.serving.transports import BY_SCHEME
 from pytest_vlaeval.serving.url import RemoteSpec
 
 
 def connect_policy(remote: RemoteSpec, action_dim: int, benchmark: str = "") -> Any:
-    """The policy behind a server's address, connected and checked."""
-    return BY_SCHEME[remote.scheme].client_class()(remote, action_dim, benchmark)
+    """The policy behind a server's address, connected and checked (``RemoteSpec.factory``)."""
+    return remote.factory(action_dim, benchmark)()

@@ -6,7 +6,8 @@ there), stepped, and closed when it ends (or, after an error, when the next one 
 vla-eval's (see ``vla_eval.py``). Whatever goes wrong between the evaluation and the
 server (unreachable, timeout, dropped connection, refused request) is a ``ServerError``; a fault
 the server reports from the policy itself is a ``PolicyError``. Both make the episode an error,
-never a failure.
+never a failure. A client of one of our own servers on this machine sends its observations'
+arrays through shared memory (``wire/shared_frames.py``), whatever the protocol.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,7 +29,8 @@ from pytest_vlaeval.errors import PolicyError, ServerError
 from pytest_vlaeval.policy.contract import EpisodeInfo, to_numpy
 from pytest_vlaeval.serving.process import running, stopped
 from pytest_vlaeval.serving.url import TOKEN_ENV, RemoteSpec
-from pytest_vlaeval.serving.wire import vlaeval as protocol
+from pytest_vlaeval.serving.wire import native as protocol
+from pytest_vlaeval.serving.wire.shared_frames import SegmentWriter
 from pytest_vlaeval.version import __version__
 
 WIRE_LOG = logging.getLogger("pytest_vlaeval.serving.wire")
@@ -56,6 +59,8 @@ class Link:
         token = os.environ.get(TOKEN_ENV)
         self._headers = {"Authorization": f"{auth_scheme} {token}"} if token else None
         self._ws: ClientConnection | None = None
+        self._segment: SegmentWriter | None = None
+        """This connection's shared-memory segment, once the server holds it."""
 
     @property
     def connected(self) -> bool:
@@ -138,6 +143,39 @@ class Link:
                 self.close()
                 raise ServerError(f"lost the connection to {self.remote.url}: {exc}") from None
 
+    def share_memory(self, attach: Callable[[dict[str, Any]], bool]) -> None:
+        """Offer a server that takes shared memory a segment for this connection's arrays:
+        ``attach(request)`` sends the protocol's attach request and says whether the server holds
+        it. Nothing changes for a server elsewhere, where no segment can be made, or when it declines."""
+        if not self.remote.on_loopback or (segment := SegmentWriter.create()) is None:
+            return
+        try:
+            held = attach(segment.request)
+        except BaseException:
+            segment.close()
+            raise
+        segment.unlink()  # the server's descriptor and ours hold it from now on; a kill leaks nothing
+        if held:
+            self._segment = segment
+        else:
+            segment.close()
+
+    def outgoing(self, value: Any) -> tuple[Any, int]:
+        """``value`` as it is sent: its arrays in the shared segment where there is one, with the
+        bytes put there (which count against the server's frame limit as on the wire)."""
+        if self._segment is None:
+            return value, 0
+        try:
+            return self._segment.place(value)
+        except OSError:  # no room left in shared memory: this connection's arrays go on the wire
+            self._drop_segment()
+            return value, 0
+
+    def _drop_segment(self) -> None:
+        segment, self._segment = self._segment, None
+        if segment is not None:
+            segment.close()
+
     def _check_not_stopped(self) -> None:
         """Fail at once when the server's process is stopped: nothing will answer until it continues."""
         pid = self.remote.server_pid
@@ -152,6 +190,7 @@ class Link:
         ws, self._ws = self._ws, None
         if ws is not None:
             ws.close()
+        self._drop_segment()
 
 
 class RemoteClient:
@@ -204,8 +243,9 @@ class RemotePolicy(RemoteClient):
     def act(self, obs: dict[str, Any]) -> np.ndarray:
         if self._episode is None:
             raise ServerError("no open episode on the server (reset() failed or the connection was lost)")
-        message = {"type": "act", "episode": self._episode, "step": self._step, "obs": self.numpy_obs(obs)}
-        reply = self._request(message, "actions", self._episode, self.remote.timeout_s)
+        view, shared_bytes = self.link.outgoing(self.numpy_obs(obs))
+        message = {"type": "act", "episode": self._episode, "step": self._step, "obs": view}
+        reply = self._request(message, "actions", self._episode, self.remote.timeout_s, shared_bytes)
         if reply["step"] != self._step:
             self.link.close()
             raise ServerError(f"out of protocol: the server answered step {reply['step']} to step {self._step}")
@@ -242,7 +282,18 @@ class RemotePolicy(RemoteClient):
                 f"the policy at {self.remote.url} returns {metadata['action_dim']}-dim actions; "
                 f"this benchmark needs {self.action_dim}"
             )
+        if metadata.get("shared_memory") is True:
+            self.link.share_memory(self._attach)
         return metadata
+
+    def _attach(self, request: dict[str, Any]) -> bool:
+        reply = self.link.exchange(protocol.pack({"type": "attach", **request}), self.remote.timeout_s)
+        try:
+            kind, body = protocol.parse(reply, protocol.REPLY_FIELDS)
+        except protocol.ProtocolError as exc:
+            self.link.close()
+            raise ServerError(f"bad reply from {self.remote.url}: {exc}") from None
+        return kind == "attached" and body["segment"] == request["segment"]
 
     def _close_episode(self) -> None:
         episode_id, self._episode = self._episode, None
@@ -250,12 +301,14 @@ class RemotePolicy(RemoteClient):
             with contextlib.suppress(ServerError):  # then the link is dropped, which frees the episode too
                 self._request({"type": "close", "episode": episode_id}, "closed", episode_id, self.remote.timeout_s)
 
-    def _request(self, message: dict[str, Any], expected: str, episode_id: str, timeout_s: float) -> dict[str, Any]:
+    def _request(
+        self, message: dict[str, Any], expected: str, episode_id: str, timeout_s: float, shared_bytes: int = 0
+    ) -> dict[str, Any]:
         frame = protocol.pack(message)
         limit = self.metadata["max_message_bytes"]
-        if len(frame) > limit:
+        if len(frame) + shared_bytes > limit:
             raise ServerError(
-                f"the {message['type']} message of {len(frame)} bytes exceeds the server's limit of {limit}"
+                f"the {message['type']} message of {len(frame) + shared_bytes} bytes exceeds the server's limit of {limit}"
             )
         reply = self.link.exchange(frame, timeout_s)
         try:
@@ -300,6 +353,7 @@ class OpenpiPolicy(RemoteClient):
     def act(self, obs: dict[str, Any]) -> np.ndarray:
         view = self.numpy_obs(obs)
         view["prompt"] = view.pop("instruction", "")
+        view, _ = self.link.outgoing(view)
         reply = self.link.exchange(protocol.pack(view), self.remote.timeout_s)
         if isinstance(reply, str):  # openpi's way of reporting a failed inference
             self.link.close()  # openpi servers close the connection after one; reconnect next episode
@@ -319,7 +373,20 @@ class OpenpiPolicy(RemoteClient):
     def _connect(self) -> dict[str, Any]:
         first = self.link.connect()
         try:
-            return protocol.unpack(first)
+            metadata = protocol.unpack(first)
         except protocol.ProtocolError as exc:
             self.link.close()
             raise ServerError(f"{self.remote.url} sent no openpi metadata: {exc}") from None
+        if metadata.get("shared_memory") is True:  # ours: openpi's own servers say nothing of it
+            self.link.share_memory(self._attach)
+        return metadata
+
+    def _attach(self, request: dict[str, Any]) -> bool:
+        reply = self.link.exchange(protocol.pack({protocol.OPENPI_ATTACH: request}), self.remote.timeout_s)
+        if isinstance(reply, str):
+            return False
+        try:
+            return protocol.unpack(reply).get("attached") == request["segment"]
+        except protocol.ProtocolError as exc:
+            self.link.close()
+            raise ServerError(f"bad reply from {self.remote.url}: {exc}") from None

@@ -6,7 +6,9 @@ and the episode loop's ``end_episode`` sends ``episode_end`` with the episode's 
 may be one action or a chunk; a server that splits chunks itself answers one action per
 observation, and then one is executed per step. ``?chunk_size=K`` executes at most K actions of
 a reply. An ``error`` frame is a ``PolicyError``; what goes wrong between us and the server is a
-``ServerError``: both make the episode an error, never a failure.
+``ServerError``: both make the episode an error, never a failure. A server of ours on this machine
+says so in its hello's capabilities (``shared_memory``): a second hello then attaches a
+shared-memory segment for the observations' arrays.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.client.policies import MAX_REPLY_BYTES, RemoteClient
 from pytest_vlaeval.serving.url import RemoteSpec
 from pytest_vlaeval.serving.wire import vla_eval as wire
-from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
+from pytest_vlaeval.serving.wire.native import ProtocolError
 from pytest_vlaeval.version import __version__
 
 
@@ -64,7 +66,8 @@ class VlaEvalPolicy(RemoteClient):
             raise ServerError("no episode open on the server (reset() failed or the connection was lost)")
         seq = self._seq + 1
         try:
-            frame = self._frame("observation", wire.to_wire_observation(self.numpy_obs(obs), self.image_format))
+            observation, _ = self.link.outgoing(wire.to_wire_observation(self.numpy_obs(obs), self.image_format))
+            frame = self._frame("observation", observation)
         except TypeError as exc:
             raise PolicyError(f"cannot send this observation to a vla-eval server: {exc}") from None
         kind, payload, reply_seq = self._parse(self.link.exchange(frame, self.remote.timeout_s))
@@ -124,7 +127,15 @@ class VlaEvalPolicy(RemoteClient):
                 f"{self.remote.url} speaks vla-eval protocol version {payload.get('protocol_version')}; "
                 f"this client speaks version {wire.VERSION}"
             )
+        capabilities = payload.get("capabilities")
+        if isinstance(capabilities, dict) and capabilities.get("shared_memory") is True:  # ours
+            self.link.share_memory(self._attach)
         return payload
+
+    def _attach(self, request: dict[str, Any]) -> bool:
+        hello = wire.hello_payload(f"pytest-vlaeval {__version__}", benchmark=self.benchmark, shared_memory=request)
+        kind, payload, _ = self._parse(self.link.exchange(self._frame("hello", hello), self.remote.timeout_s))
+        return kind == "hello" and payload.get("attached") == request["segment"]
 
     def _image_format(self, info: dict[str, Any]) -> str:
         params = info.get("observation_params") or {}

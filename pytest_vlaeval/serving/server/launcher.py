@@ -30,7 +30,7 @@ from pytest_vlaeval.serving.process import stopped
 from pytest_vlaeval.serving.url import SERVED_URL_KEY, TOKEN_ENV, served_url
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.policy.loading import LocalSpec
+    from pytest_vlaeval.policy.sources import PolicySource
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -144,7 +144,7 @@ class ServerProcess:
 
 
 def serve_session(
-    config: pytest.Config, policy: LocalSpec, log_path: Path, action_dim: int, python: Path | None = None
+    config: pytest.Config, policy: PolicySource, log_path: Path, action_dim: int, python: Path | None = None
 ) -> str:
     """Start the session's server with a fresh token, for the benchmark's action dimension, in
     interpreter ``python`` (None: this one), stopped when the session ends; returns its address.

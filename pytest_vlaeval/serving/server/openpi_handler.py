@@ -1,5 +1,7 @@
 """``--protocol openpi``: openpi's websocket policy protocol, which has no episode boundary, so
-each observation is served as a fresh one-step episode; errors are text frames."""
+each observation is served as a fresh one-step episode; errors are text frames. Our own client on
+this machine may attach a shared-memory segment first (``wire/shared_frames.py``): a frame that is
+the map ``{"vlaeval_attach": {"segment", "nonce"}}``, answered ``{"attached": segment}``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import TYPE_CHECKING
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.connection import Connection, Refused
-from pytest_vlaeval.serving.wire import vlaeval as protocol
+from pytest_vlaeval.serving.wire import native as protocol
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.batched import Outcome
@@ -31,10 +33,17 @@ async def handle_connection(server: ServerCore, connection: Connection) -> None:
 
 async def _frame(server: ServerCore, connection: Connection, frame: bytes | str) -> None:
     try:
-        obs = protocol.unpack(frame)
-        valid, meaning = protocol.FIELD_VALUES["obs"]
-        if not valid(obs):
-            raise protocol.ProtocolError(f"an observation must be {meaning}")
+        arrays = connection.frame_arrays(server.config.max_message_bytes)
+        obs = protocol.unpack(frame, arrays)
+        connection.count_frame(arrays)
+        if protocol.OPENPI_ATTACH in obs:
+            request = obs[protocol.OPENPI_ATTACH] if isinstance(obs[protocol.OPENPI_ATTACH], dict) else {}
+            connection.attach_segment(request.get("segment"), request.get("nonce"), server.metadata["shared_memory"])
+            await connection.send(protocol.pack({"attached": request["segment"]}))
+            return
+        problem = protocol.observation_problem(obs, server.config.max_message_bytes)
+        if problem is not None:
+            raise protocol.ProtocolError(f"an observation must be {problem}")
         prompt = obs.get("prompt", obs.get("instruction", ""))
         info = EpisodeInfo(task="openpi", seed=0, instruction=str(prompt), episode_index=0, max_steps=1)
         entry = await server.open_episode(connection, uuid.uuid4().hex, info)

@@ -1,10 +1,10 @@
 """The policy server: its lifecycle, HTTP health and the token gate, connections handed to their
 protocol's handler (``*_handler.py``), the episode table (``table.py``) on the idle reaper's clock.
 
-One event loop does all network work; every policy call runs on one dedicated thread (see
-``engine.py``), fed by the batcher (``batcher.py``), so the loop keeps reading frames and
-sending replies while the policy computes. Faults stay local: a bad frame gets an error reply
-on its own connection, and a policy exception fails only the episodes of its batch.
+One event loop does all network work; every policy call runs on one dedicated thread (through
+``policy/batched.py``'s engine), fed by the batcher (``batcher.py``), so the loop keeps reading
+frames and sending replies while the policy computes. Faults stay local: a bad frame gets an
+error reply on its own connection, and a policy exception fails only the episodes of its batch.
 """
 
 from __future__ import annotations
@@ -30,29 +30,26 @@ from websockets.http11 import Request, Response
 from pytest_vlaeval.policy.batched import BatchEpisode, Outcome, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.batcher import Batcher
-from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, ServerConfig
+from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, ServerConfig, SharedMemoryCounts
+from pytest_vlaeval.serving.server.sockets import LISTEN_BACKLOG, SocketGate, counted_connections, listen, socket_bound
 from pytest_vlaeval.serving.server.table import EpisodeTable
 from pytest_vlaeval.serving.transports import BY_PROTOCOL, PROTOCOLS
-from pytest_vlaeval.serving.wire import vlaeval as protocol
+from pytest_vlaeval.serving.wire import native as protocol
+from pytest_vlaeval.serving.wire import shared_frames
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.policy.loading import LocalSpec
+    from pytest_vlaeval.policy.sources import PolicySource
 
 log = logging.getLogger("pytest_vlaeval.serving")
 
 T = TypeVar("T")
 
-SOCKETS_PER_CONNECTION = 2
-"""Sockets held at most, per ``--max-connections``, counted from accept: room for a full house of
-connections and as many again in their handshake or being told to come back (1013). Sockets past
-that are closed at once, so connections that never finish their handshake cannot take every file
-descriptor."""
 DECODING_THREADS = 2
 """Threads that decode frames off the event loop; each holds at most one frame's images."""
 
 
 class PolicyServer:
-    def __init__(self, spec: LocalSpec, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(self, spec: PolicySource, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
         """``factory`` (optional) makes the policy instead of the one ``spec`` names; ``spec`` then names it in logs."""
         if config.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {config.protocol!r}")
@@ -78,21 +75,23 @@ class PolicyServer:
         self._background: list[asyncio.Task[None]] = []
         self._connections = 0
         """Connections past their handshake, being served."""
-        self._sockets = 0
+        self.shared_memory = SharedMemoryCounts()
+        self._sockets = SocketGate(socket_bound(config.max_connections))
         """Every socket from accept until it is closed, handshakes in progress included."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Listen (health answers 503 until ``load`` finishes) and start batching and reaping."""
+        listener = listen(self.config.host, self.config.port, self._sockets)
         self._server = await serve(
             self._handle,
-            self.config.host,
-            self.config.port,
+            sock=listener,
+            backlog=LISTEN_BACKLOG,
             process_request=self._http,
             max_size=self.config.max_message_bytes,
             compression=None,
-            create_connection=_counted_connections(self),
+            create_connection=counted_connections(self._sockets),
             # An episode's process can be busy for long in native code (an env build on a loaded
             # CPU) and answer a ping late: that is no reason to drop its episode. Dead peers close
             # their socket, abandoned ones are reaped after ``idle_timeout_s``.
@@ -120,7 +119,11 @@ class PolicyServer:
             "max_message_bytes": self.config.max_message_bytes,
             "admission_timeout_s": self.config.admission_timeout_s,
             "idle_timeout_s": self.config.idle_timeout_s,
+            "shared_memory": self.config.shared_memory and shared_frames.available(),
         }
+        if not engine.batched:
+            # Its rows are computed one at a time whatever the batch: waiting for batch mates only delays them.
+            self.batcher.max_wait_s = 0.0
         self.engine = engine
         log.info(
             "policy %s loaded: chunk size %d, %s; max batch %d, max wait %g ms, max episodes %d",
@@ -128,7 +131,7 @@ class PolicyServer:
             engine.chunk_size,
             "batched (act_batch)" if engine.batched else "one instance per open episode",
             self.config.max_batch_size,
-            self.config.max_wait_ms,
+            self.batcher.max_wait_s * 1000,
             self.config.max_episodes,
         )
 
@@ -148,10 +151,11 @@ class PolicyServer:
         self._decoding.shutdown(wait=False, cancel_futures=True)
         stats = self.stats()
         log.info(
-            "stopped after %d requests in %d batches (mean batch size %.2f)",
+            "stopped after %d requests in %d batches (mean batch size %.2f); %d frames came through shared memory",
             stats["requests"],
             stats["batches"],
             stats["mean_batch_size"],
+            stats["shared_memory_frames"],
         )
 
     @property
@@ -172,7 +176,7 @@ class PolicyServer:
             "policy": self.engine.model["name"] if self.engine is not None else self.spec.text,
             "protocol": self.config.protocol,
             "open_connections": self._connections,
-            "open_sockets": self._sockets,
+            "open_sockets": self._sockets.open,
             "open_episodes": len(self.table.episodes),
             "waiting_opens": self.table.slots.waiting,
             "queued_requests": self.batcher.waiting,
@@ -182,6 +186,8 @@ class PolicyServer:
             "batch_sizes": {str(n): sizes[n] for n in sorted(sizes)},
             "policy_busy_s": round(self.batcher.busy_s, 3),
             "reaped_episodes": self.table.reaped,
+            "shared_memory_frames": self.shared_memory.frames,
+            "shared_memory_segments": self.shared_memory.segments,
         }
 
     # -- HTTP: health and the handshake gate ---------------------------------------------------
@@ -221,22 +227,6 @@ class PolicyServer:
 
     # -- connections and episodes --------------------------------------------------------------
 
-    def _accepted(self, ws: ServerConnection) -> None:
-        """A socket was accepted: counted from now, closed at once past the server's bound."""
-        self._sockets += 1
-        bound = SOCKETS_PER_CONNECTION * self.config.max_connections
-        if self._sockets > bound:
-            log.warning(
-                "closed a socket from %s at once: %d sockets are open (%d x --max-connections)",
-                ws.remote_address,
-                self._sockets - 1,
-                SOCKETS_PER_CONNECTION,
-            )
-            ws.transport.abort()
-
-    def _closed(self) -> None:
-        self._sockets -= 1
-
     async def _handle(self, ws: ServerConnection) -> None:
         if self._connections >= self.config.max_connections:
             log.warning("refused a connection from %s: %d connections are open", ws.remote_address, self._connections)
@@ -245,7 +235,7 @@ class PolicyServer:
                 f"the server holds its maximum of {self.config.max_connections} connections (--max-connections)",
             )
             return
-        connection = Connection(ws)
+        connection = Connection(ws, shared=self.shared_memory)
         self._connections += 1
         try:
             await self._protocol.handle_connection(self, connection)
@@ -258,6 +248,7 @@ class PolicyServer:
                 task.cancel()
             for entry in list(connection.episodes.values()):
                 self.table.close(entry, "its connection closed")
+            connection.detach_segment()
 
     async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
         """Admit an episode and reset its state in the policy (on the policy thread)."""
@@ -293,18 +284,3 @@ class PolicyServer:
 
     async def off_loop(self, work: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._decoding, work, *args)
-
-
-def _counted_connections(server: PolicyServer) -> type[ServerConnection]:
-    """websockets' server connection, telling ``server`` of every socket from accept to close."""
-
-    class CountedConnection(ServerConnection):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)
-            server._accepted(self)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            super().connection_lost(exc)
-            server._closed()
-
-    return CountedConnection

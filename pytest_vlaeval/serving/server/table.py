@@ -14,7 +14,7 @@ from pytest_vlaeval.policy.batched import BatchEpisode, Outcome
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.admission import EpisodeSlots
 from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused, served_id
-from pytest_vlaeval.serving.wire import vlaeval as protocol
+from pytest_vlaeval.serving.wire import native as protocol
 
 log = logging.getLogger("pytest_vlaeval.serving")
 

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_vlaeval.serving.server.policy_server import PolicyServer, ServerConfig
 
 if TYPE_CHECKING:
-    from pytest_vlaeval.policy.loading import LocalSpec
+    from pytest_vlaeval.policy.sources import PolicySource
 
 
 class ServerThread:
     """``with ServerThread(name, config, factory) as url:`` serves until the block ends."""
 
-    def __init__(self, spec: LocalSpec, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(self, spec: PolicySource, config: ServerConfig, factory: Callable[[], Any] | None = None) -> None:
         self.server = PolicyServer(spec, config, factory)
         self._ready = threading.Event()
         self._failure: BaseException | None = None

@@ -7,8 +7,11 @@ so concurrent harness connections are batched together while each keeps its own 
 server splits chunks itself: one action per observation, the policy being called again only
 when its chunk is used up, exactly as the evaluation's own episode loop does. Failures are
 answered with ``error`` frames (``bad_request: ...``, ``episode_start_failed: ...``,
-``observation_failed: ...``, ``server_error: ...``), and the connection goes on. Frames are
-decoded off the event loop (PNG and JPEG images are work), within the wire module's image budget.
+``observation_failed: ...``, ``server_error: ...``), and the connection goes on. PNG and JPEG
+images are decoded off the event loop (they are work), within the wire module's image budget;
+everything else of a frame on it (a hop to a thread and back costs more than reading raw arrays).
+Our own client on this machine may send a second ``hello`` with ``shared_memory`` (a segment's
+name and nonce, ``wire/shared_frames.py``), answered by a ``hello`` with ``attached``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ import numpy as np
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, Refused
+from pytest_vlaeval.serving.wire import native as protocol
 from pytest_vlaeval.serving.wire import vla_eval as wire
-from pytest_vlaeval.serving.wire import vlaeval as protocol
-from pytest_vlaeval.serving.wire.vlaeval import ProtocolError
+from pytest_vlaeval.serving.wire.native import ProtocolError
 from pytest_vlaeval.version import __version__
 
 if TYPE_CHECKING:
@@ -58,9 +61,12 @@ class _HarnessSession:
     async def handle(self, frame: bytes | str) -> None:
         seq = 0
         try:
-            kind, payload, seq = await self.server.off_loop(
-                wire.unpack_frame, frame, self.server.config.max_message_bytes
-            )
+            limit = self.server.config.max_message_bytes
+            arrays = self.connection.frame_arrays(limit)
+            kind, payload, seq = wire.read_frame(frame, arrays)
+            self.connection.count_frame(arrays)
+            if wire.holds_compressed_images(payload):
+                await self.server.off_loop(wire.decode_images, payload, seq, limit)
             if kind == "hello":
                 await self._hello(payload, seq)
             elif kind == "episode_start":
@@ -87,11 +93,18 @@ class _HarnessSession:
             raise ProtocolError(f"this server speaks protocol version {wire.VERSION}, the harness {version!r}")
         engine = self.server.engine
         assert engine is not None  # connections are refused until the policy is loaded
+        shared_memory = self.server.metadata["shared_memory"]
         capabilities = {"episode_state": True, "batched": engine.batched, "chunk_size": engine.chunk_size}
+        attached = {}
+        if "shared_memory" in payload:  # our own client's second hello
+            request = payload["shared_memory"] if isinstance(payload["shared_memory"], dict) else {}
+            self.connection.attach_segment(request.get("segment"), request.get("nonce"), shared_memory)
+            attached = {"attached": request["segment"]}
         reply = wire.hello_payload(
             f"pytest-vlaeval {__version__}",
             model_server=engine.model["name"],
-            capabilities={**capabilities, "action_dim": engine.action_dim},
+            capabilities={**capabilities, "action_dim": engine.action_dim, "shared_memory": shared_memory},
+            **attached,
         )
         await self.connection.send(wire.pack_frame("hello", reply, seq))
 
@@ -115,7 +128,7 @@ class _HarnessSession:
             return
         step = entry.episode.step + 1
         if not self.pending:
-            view = await self.server.off_loop(wire.from_wire_observation, payload)  # copies every image
+            view = wire.from_wire_observation(payload)
             outcome = await self.server.table.submit(entry, step, view)
             if isinstance(outcome, PolicyError):
                 await self.connection.send(wire.error_frame(f"observation_failed: {outcome}", seq))

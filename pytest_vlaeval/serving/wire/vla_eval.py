@@ -12,7 +12,10 @@ numpy arrays travel as maps ``{"__ndarray__": True, "data": <raw bytes>, "dtype"
 accepted, and nothing is ever unpickled. A compressed image is opened only as the format it
 names, and its declared size is checked before it is decoded: the images of one frame may decode
 to at most ``IMAGE_BYTES_PER_FRAME_BYTE`` times the connection's frame limit (a PNG of a few
-hundred KB can declare gigabytes).
+hundred KB can declare gigabytes). Between our own client and server on one machine, an array
+may also be a shared-memory header (``shared_frames.py``), once the client's second ``hello``
+(``shared_memory``: the segment's name and nonce) was answered with a ``hello`` holding
+``attached``.
 
 Observations use vla-eval's convention: ``images`` (camera name -> HWC image), ``state`` (the
 proprio vector) and ``task_description``. ``to_wire_observation`` and ``from_wire_observation``
@@ -22,15 +25,26 @@ to it and back, exactly.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from pytest_vlaeval.serving.wire.vlaeval import ProtocolError, unpack_msgpack
+from pytest_vlaeval.serving.wire.native import (
+    ARRAY_KINDS,
+    SHARED_ARRAY,
+    ProtocolError,
+    SharedArrays,
+    array_dtype,
+    array_shape,
+    shared_array,
+    unpack_msgpack,
+)
 
 VERSION = 1
 KINDS = ("hello", "observation", "action", "episode_start", "episode_end", "error")
@@ -38,7 +52,6 @@ IMAGE_FORMATS = ("raw", "png", "jpeg")
 CAMERAS = ("base_camera", "hand_camera")
 """Names of the cameras stacked in ``rgb`` (3 channels each), in order, as ManiSkill names them."""
 CAMERA_CHANNELS = 3
-_ARRAY_KINDS = "biuf"
 IMAGE_BYTES_PER_FRAME_BYTE = 8
 """What the compressed images of one frame may decode to, in multiples of the connection's frame
 limit (``--max-message-bytes`` on a server): 64 MiB under the default 8 MiB, room for eight
@@ -72,7 +85,15 @@ def unpack_frame(frame: bytes | str, max_frame_bytes: int) -> tuple[str, dict[st
     ``max_frame_bytes`` is the largest frame the connection accepts; the frame's compressed images
     may decode to ``IMAGE_BYTES_PER_FRAME_BYTE`` times that, all together. They are decoded last,
     once the frame is known to be a message."""
-    message = unpack_msgpack(frame, _decode_array)
+    kind, payload, seq = read_frame(frame)
+    decode_images(payload, seq, max_frame_bytes)
+    return kind, payload, seq
+
+
+def read_frame(frame: bytes | str, shared: SharedArrays | None = None) -> tuple[str, dict[str, Any], int]:
+    """``unpack_frame`` but for compressed images, which stay as they came for ``decode_images``
+    (a server decodes those off its event loop); array headers are read through ``shared``."""
+    message = unpack_msgpack(frame, functools.partial(_decode_array, shared=shared))
     if not isinstance(message, dict) or not {"type", "payload", "seq"} <= message.keys():
         keys = sorted(map(str, message)) if isinstance(message, dict) else type(message).__name__
         raise ProtocolError(f"expected a map with type, payload and seq, got {keys}")
@@ -81,11 +102,24 @@ def unpack_frame(frame: bytes | str, max_frame_bytes: int) -> tuple[str, dict[st
         raise ProtocolError(f"unknown message type {kind!r:.200}; expected one of {', '.join(KINDS)}")
     if not isinstance(payload, dict) or not isinstance(seq, int) or isinstance(seq, bool):
         raise ProtocolError(f"{kind!r} needs a map payload and an int seq")
+    return kind, payload, seq
+
+
+def holds_compressed_images(payload: dict[str, Any]) -> bool:
+    """Whether ``decode_images`` has work to do on this payload."""
+    return any(isinstance(value, _CompressedImage) for _, _, value in _nodes(payload))
+
+
+def decode_images(payload: dict[str, Any], seq: int, max_frame_bytes: int) -> None:
+    """Decode every compressed image of a payload in place, within the frame's image budget;
+    ``FrameError`` (answering ``seq``) for one that cannot be."""
+    budget = _ImageBudget(IMAGE_BYTES_PER_FRAME_BYTE * max_frame_bytes)
     try:
-        _decode_images(payload, _ImageBudget(IMAGE_BYTES_PER_FRAME_BYTE * max_frame_bytes))
+        for node, key, value in _nodes(payload):
+            if isinstance(value, _CompressedImage):
+                node[key] = _compressed_image(value, budget)
     except ProtocolError as exc:
         raise FrameError(str(exc), seq) from None
-    return kind, payload, seq
 
 
 def hello_payload(harness_version: str, **fields: Any) -> dict[str, Any]:
@@ -101,11 +135,10 @@ def to_wire_observation(view: dict[str, Any], image_format: str = "raw") -> dict
             frames = frames[0] if frames.ndim == 4 else frames
             channels = frames.shape[-1]
             count = channels // CAMERA_CHANNELS if channels % CAMERA_CHANNELS == 0 else 1
-            width = channels // count
             names = CAMERAS if count == len(CAMERAS) else [f"camera_{i}" for i in range(count)]
             wire["images"] = {
-                name: encode_image(np.ascontiguousarray(frames[..., i * width : (i + 1) * width]), image_format)
-                for i, name in enumerate(names)
+                name: encode_image(image, image_format)
+                for name, image in zip(names, _split_channels(frames, count), strict=True)
             }
         elif key == "proprio":
             wire["state"] = np.asarray(value).reshape(-1)
@@ -126,7 +159,7 @@ def from_wire_observation(obs: dict[str, Any]) -> dict[str, Any]:
             frames = [np.asarray(image) for image in value.values()]
             if any(f.ndim != 3 for f in frames) or len({f.shape[:2] for f in frames}) != 1:
                 raise ProtocolError(f"'images' must be HWC images of one size, got {[f.shape for f in frames]}")
-            view["rgb"] = np.concatenate(frames, axis=-1)[None]
+            view["rgb"] = _join_channels(frames)[None]
         elif key == "state":
             view["proprio"] = np.asarray(value)[None]
         elif key == "task_description":
@@ -135,6 +168,36 @@ def from_wire_observation(obs: dict[str, Any]) -> dict[str, Any]:
             view[key] = value
     view.setdefault("instruction", "")
     return view
+
+
+def _split_channels(image: np.ndarray, count: int) -> list[np.ndarray]:
+    """``image``'s last axis cut into ``count`` equal parts, each a contiguous array. numpy copies
+    whole pixels (each part's channels as one item) several times faster than single channels."""
+    if count == 1:
+        return [np.ascontiguousarray(image)]
+    width = image.shape[-1] // count
+    pixels = _pixels(image, width)
+    return [
+        np.ascontiguousarray(pixels[..., i]).view(image.dtype).reshape(*image.shape[:-1], width) for i in range(count)
+    ]
+
+
+def _join_channels(frames: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(frames, axis=-1)``, whole pixels at a time where the frames are alike."""
+    first = frames[0]
+    alike = first.dtype.isnative and all(f.shape == first.shape and f.dtype == first.dtype for f in frames)
+    if len(frames) == 1 or not first.shape[-1] or not alike:
+        return np.concatenate(frames, axis=-1)
+    joined = np.empty((*first.shape[:-1], len(frames)), _pixels(first, first.shape[-1]).dtype)
+    for i, frame in enumerate(frames):
+        joined[..., i] = _pixels(frame, first.shape[-1])[..., 0]
+    return joined.view(first.dtype).reshape(*first.shape[:-1], first.shape[-1] * len(frames))
+
+
+def _pixels(image: np.ndarray, channels: int) -> np.ndarray:
+    """``image`` seen as whole pixels of ``channels`` channels each: one opaque item per pixel."""
+    image = np.ascontiguousarray(image)
+    return image.view(np.dtype((np.void, channels * image.itemsize)))
 
 
 def encode_image(image: np.ndarray, image_format: str) -> Any:
@@ -150,7 +213,7 @@ def encode_image(image: np.ndarray, image_format: str) -> Any:
 
 
 def _encode_array(value: Any) -> Any:
-    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind not in _ARRAY_KINDS:
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind not in ARRAY_KINDS:
         raise TypeError(f"cannot send numpy dtype {value.dtype} (only bool, integer and float)")
     if isinstance(value, np.ndarray):
         return {"__ndarray__": True, "data": value.tobytes(), "dtype": value.dtype.str, "shape": list(value.shape)}
@@ -185,38 +248,30 @@ class _CompressedImage:
         self.data: bytes = obj["data"]
 
 
-def _decode_array(obj: dict[str, Any]) -> Any:
+def _decode_array(obj: dict[str, Any], shared: SharedArrays | None) -> Any:
     if obj.get("__ndarray__") is True or (obj.get("__image__") is True and obj.get("format") == "raw"):
         return _raw_array(obj)
     if obj.get("__image__") is True:
         return _CompressedImage(obj)
+    if SHARED_ARRAY in obj:
+        return shared_array(obj, shared)
     return obj
 
 
-def _decode_images(payload: dict[str, Any], budget: _ImageBudget) -> None:
-    """Decode every compressed image of a payload in place, within ``budget`` (no recursion: maps nest deep)."""
+def _nodes(payload: dict[str, Any]) -> Iterator[tuple[dict[Any, Any] | list[Any], Any, Any]]:
+    """Every (map or list, key, value) of a payload, however deep (no recursion: maps nest deep)."""
     nodes: list[dict[Any, Any] | list[Any]] = [payload]
     while nodes:
         node = nodes.pop()
         for key, value in list(node.items() if isinstance(node, dict) else enumerate(node)):
-            if isinstance(value, _CompressedImage):
-                node[key] = _compressed_image(value, budget)
-            elif isinstance(value, (dict, list)):
+            yield node, key, value
+            if isinstance(value, (dict, list)):
                 nodes.append(value)
 
 
 def _raw_array(obj: dict[str, Any]) -> np.ndarray:
-    try:
-        dtype = np.dtype(obj.get("dtype")) if isinstance(obj.get("dtype"), str) else None
-    except (TypeError, ValueError):
-        dtype = None
-    if dtype is None or dtype.kind not in _ARRAY_KINDS:
-        raise ProtocolError(f"array dtype must be bool, integer or float, got {obj.get('dtype')!r}")
-    shape, data = obj.get("shape"), obj.get("data")
-    if not isinstance(shape, (list, tuple)) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
-    ):
-        raise ProtocolError(f"array shape must be a list of non-negative ints, got {shape!r}")
+    dtype = array_dtype(obj.get("dtype"))
+    shape, data = array_shape(obj.get("shape")), obj.get("data")
     if not isinstance(data, bytes) or len(data) != math.prod(shape) * dtype.itemsize:
         raise ProtocolError(f"array data does not match shape {tuple(shape)} of {dtype}")
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()

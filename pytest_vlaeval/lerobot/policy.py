@@ -1,0 +1,284 @@
+"""A LeRobot pretrained-model directory as a policy, run the way ``lerobot-eval`` runs it.
+
+Imported only in LeRobot's interpreter (``vlaeval install lerobot``), where the session's policy
+server builds it for ``--policy=lerobot:PATH``. Each step does what ``lerobot-eval``'s rollout does
+at ``--eval.batch_size=1``: LeRobot's ``preprocess_observation`` on the benchmark's observation
+(images HWC uint8 to CHW float in [0, 1], ``agent_pos`` to ``observation.state``), the task string
+the policy is given, the env's processors (``EnvConfig.get_env_processors``), the checkpoint's own
+pre-processor (normalisation), ``select_action`` under ``torch.no_grad``, then the post-processors
+back to an action.
+
+Each episode gets its own instance: a deep copy sharing the loaded parameters and buffers, so its
+action queue, observation history or temporal ensembler are its alone, and a row's forward pass is
+the batch-of-one ``lerobot-eval`` computes. A policy that samples (Diffusion's noise) draws from
+torch generator states of its own episode, the ones ``lerobot-eval --seed=SEED --eval.n_episodes=1``
+starts its episode from (``seeding``), so an episode's actions are that run's, whatever ran before.
+
+``LeRobotBatchedPolicy`` (``lerobot:PATH:batched``, the default on a GPU) computes the chunks that
+the episodes of one call ask for in one forward pass (``chunks``), each episode keeping its own
+copy and generators: a row's result is its own episode's, up to the last digits a batch moves.
+
+Torch and LeRobot are imported once, when a checkpoint is loaded (``_load``), so that the module
+stays importable without them.
+
+The checkpoint directory is someone else's: before LeRobot reads its processor files, they are
+checked against LeRobot's live registry (``processor_files``; the session checked them
+already, and ``vlaeval serve`` relies on this one), so every step is a registered LeRobot step and
+every state file is in the directory, which LeRobot then loads from the local folder it is given,
+never from the hub.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pytest_vlaeval.errors import PolicyError
+from pytest_vlaeval.lerobot.processor_files import check_processor_files
+from pytest_vlaeval.policy.contract import EpisodeInfo
+
+if TYPE_CHECKING:
+    from pytest_vlaeval.policy.batched import BatchEpisode
+
+BATCHED_TYPES = ("act", "diffusion")
+"""The LeRobot policy types batched inference serves (``chunks.CHUNKS``)."""
+
+DRAW_NOTHING = ("act",)
+"""Policy types whose inference draws nothing from torch's generators (ACT's VAE runs in training
+only): their episodes skip replaying the build's draws."""
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What one checkpoint loads once per server: the policy and the four processor pipelines, and
+    what each step calls of torch and LeRobot."""
+
+    torch: Any
+    preprocess_observation: Any
+    """LeRobot's ``envs.utils.preprocess_observation``."""
+    action_key: str
+    """LeRobot's ``ACTION``: the key of the action in what the env post-processor takes and gives."""
+    policy: Any
+    preprocessor: Any
+    postprocessor: Any
+    env_preprocessor: Any
+    env_postprocessor: Any
+    device: str
+    amp: bool
+    """``use_amp``: lerobot-eval runs the policy under ``torch.autocast`` on its device."""
+    digest: str
+    draws: Any
+    """``seeding.BuildDraws``: the generators each episode starts from; None for a policy whose
+    inference draws nothing."""
+    chunks: Any
+    """``chunks.Chunks`` of the policy's type, or None where batched inference does not serve it."""
+
+
+@cache
+def _load(path: str, env_type: str) -> _Loaded:
+    """Load the checkpoint as ``lerobot-eval --policy.path=PATH --env.type=ENV`` does."""
+    import torch
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.envs.configs import EnvConfig
+    from lerobot.envs.factory import make_env_pre_post_processors
+    from lerobot.envs.utils import preprocess_observation
+    from lerobot.policies.factory import make_policy, make_pre_post_processors
+    from lerobot.processor import ProcessorStepRegistry
+    from lerobot.utils.constants import ACTION
+
+    from pytest_vlaeval.lerobot.chunks import CHUNKS
+    from pytest_vlaeval.lerobot.seeding import BuildDraws
+
+    # The factory's module imported lerobot.policies, whose policies registered their steps: the
+    # registry is every step make_pre_post_processors can build.
+    check_processor_files(Path(path), ProcessorStepRegistry.list())
+    torch.backends.cudnn.benchmark = True  # as lerobot-eval's eval_main sets them (CUDA only)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    env_cfg = EnvConfig.get_choice_class(env_type)()
+    policy_cfg = PreTrainedConfig.from_pretrained(path)
+    policy_cfg.pretrained_path = Path(path)
+    policy_cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
+    cuda = [torch.cuda.current_device()] if policy_cfg.device == "cuda" else []
+    policy, draws = BuildDraws.record(lambda: make_policy(cfg=policy_cfg, env_cfg=env_cfg, rename_map={}), cuda)
+    policy.eval()
+    device = str(policy.config.device)
+    preprocessor, postprocessor = make_pre_post_processors(
+        policy_cfg=policy_cfg,
+        pretrained_path=path,
+        preprocessor_overrides={
+            "device_processor": {"device": device},
+            "rename_observations_processor": {"rename_map": {}},
+        },
+    )
+    env_preprocessor, env_postprocessor = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=policy_cfg)
+    amp = bool(getattr(policy_cfg, "use_amp", False))
+    return _Loaded(
+        torch=torch,
+        preprocess_observation=preprocess_observation,
+        action_key=ACTION,
+        policy=policy,
+        preprocessor=preprocessor,
+        postprocessor=postprocessor,
+        env_preprocessor=env_preprocessor,
+        env_postprocessor=env_postprocessor,
+        device=device,
+        amp=amp,
+        digest=_weights_digest(path),
+        draws=None if policy.config.type in DRAW_NOTHING else draws,
+        chunks=CHUNKS.get(policy.config.type),
+    )
+
+
+def _weights_digest(path: str) -> str:
+    """What the checkpoint's files hold (config and weights), so a run never mixes two trainings
+    saved at one path: the record's policy config carries it, and the run's policy file refuses
+    episodes of another."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        with open(Path(path) / name, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _episode_copy(policy: Any) -> Any:
+    """A copy of ``policy`` whose episode state is its own and whose tensors are the original's."""
+    shared = {id(t): t for t in itertools.chain(policy.parameters(), policy.buffers())}
+    episode = copy.deepcopy(policy, shared)
+    episode.reset()
+    return episode
+
+
+def lerobot_policy(path: str, env_type: str, batched: bool | None = None) -> LeRobotPolicy:
+    """The policy for one episode (``LeRobotPolicy``), or for batches of them
+    (``LeRobotBatchedPolicy``); ``batched`` None: batched on a GPU where the type allows, one row at
+    a time on the CPU, where that keeps ``lerobot-eval``'s last digits."""
+    if batched is None:
+        loaded = _load(path, env_type)
+        batched = loaded.device.startswith("cuda") and loaded.chunks is not None
+    return LeRobotBatchedPolicy(path, env_type) if batched else LeRobotPolicy(path, env_type)
+
+
+class LeRobotPolicy:
+    """One episode's LeRobot policy: ``act`` returns the single action ``select_action`` gives."""
+
+    chunk_size = 1
+    batched = False
+
+    def __init__(self, path: str, env_type: str) -> None:
+        loaded = _load(path, env_type)
+        self._loaded = loaded
+        self._policy = _episode_copy(loaded.policy)
+        self._generators: Any = None
+        self.name = f"lerobot:{Path(path).name}"
+        self.config = {
+            "type": loaded.policy.config.type,
+            "path": path,
+            "sha256": loaded.digest,
+            "env_type": env_type,
+            "device": loaded.device,
+            "batched": self.batched,
+        }
+
+    def reset(self, episode: EpisodeInfo) -> None:
+        self._policy.reset()
+        self._generators = _generators(self._loaded, episode.seed)
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        loaded = self._loaded
+        with _inference(loaded):
+            observation = _policy_input(loaded, obs)
+            with self._generators.installed() if self._generators else nullcontext():
+                action = self._policy.select_action(observation)
+            return _env_action(loaded, action)
+
+
+class LeRobotBatchedPolicy(LeRobotPolicy):
+    """Episodes in batches (``act_batch``): each keeps its own copy of the policy and its own
+    generators in its ``state``, and the chunks the rows of a call ask for are one forward pass."""
+
+    batched = True
+
+    def __init__(self, path: str, env_type: str) -> None:
+        super().__init__(path, env_type)
+        if self._loaded.chunks is None:
+            raise PolicyError(
+                f"lerobot:{path}: batched inference serves {' and '.join(BATCHED_TYPES)} checkpoints, "
+                f"not {self.config['type']}; leave out ':batched'"
+            )
+
+    def open_episode(self, episode: BatchEpisode) -> None:
+        episode.state["policy"] = _episode_copy(self._loaded.policy)
+        episode.state["generators"] = _generators(self._loaded, episode.info.seed)
+
+    def act_batch(self, episodes: Sequence[BatchEpisode], observations: Sequence[dict[str, Any]]) -> np.ndarray:
+        loaded, chunks = self._loaded, self._loaded.chunks
+        policies = [episode.state["policy"] for episode in episodes]
+        with _inference(loaded):
+            inputs = [
+                chunks.model_input(policy, _policy_input(loaded, obs))
+                for policy, obs in zip(policies, observations, strict=True)
+            ]
+            asking = [row for row, given in enumerate(inputs) if given is not None]
+            new: list[Any] = [None] * len(episodes)
+            if asking:
+                stacked = {key: loaded.torch.cat([inputs[row][key] for row in asking]) for key in inputs[asking[0]]}
+                predicted = chunks.predict(
+                    loaded.policy, stacked, [episodes[row].state["generators"] for row in asking]
+                )
+                for index, row in enumerate(asking):
+                    new[row] = predicted[index : index + 1]
+            return np.stack(
+                [
+                    _env_action(loaded, chunks.next_action(policy, chunk))
+                    for policy, chunk in zip(policies, new, strict=True)
+                ]
+            )
+
+
+def _generators(loaded: _Loaded, seed: int) -> Any:
+    """``seeding.EpisodeGenerators`` of the episode with ``seed``: where ``lerobot-eval --seed=SEED``
+    starts its first episode; None for a policy that draws nothing."""
+    return loaded.draws.episode(seed) if loaded.draws is not None else None
+
+
+@contextmanager
+def _inference(loaded: _Loaded) -> Iterator[None]:
+    """What lerobot-eval runs the whole rollout under: no_grad, and autocast with use_amp."""
+    torch = loaded.torch
+    autocast = torch.autocast(device_type=loaded.device.partition(":")[0]) if loaded.amp else nullcontext()
+    with torch.no_grad(), autocast:
+        yield
+
+
+def _policy_input(loaded: _Loaded, obs: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark's observation of one episode as ``select_action`` takes it: a batch of one."""
+    arrays = {key: _batched(value) for key, value in obs.items() if key != "instruction"}
+    observation = loaded.preprocess_observation(arrays)
+    observation["task"] = [obs.get("instruction", "")]
+    observation = loaded.env_preprocessor(observation)
+    return loaded.preprocessor(observation)
+
+
+def _env_action(loaded: _Loaded, action: Any) -> np.ndarray:
+    """``select_action``'s action (1, D) as the env takes it."""
+    action = loaded.postprocessor(action)
+    action = loaded.env_postprocessor({loaded.action_key: action})[loaded.action_key]
+    return action.to("cpu").numpy()
+
+
+def _batched(value: Any) -> Any:
+    """An observation array with the leading batch axis of one a vector env gives; a dict of
+    images (several cameras) keyed as it is."""
+    if isinstance(value, dict):
+        return {key: _batched(item) for key, item in value.items()}
+    return np.asarray(value)[None]

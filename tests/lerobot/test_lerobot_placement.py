@@ -1,0 +1,82 @@
+"""A LeRobot checkpoint beside the env (the workers in LeRobot's interpreter, each its own copy) gives
+the records the served path gives, bit for bit: the same functions in the same interpreter, on
+torch's own thread count either way.
+
+The same random-init ACT (``lerobot_checkpoints``) on the same Push-T seeds, capped at STEPS steps,
+in three real sessions: served from one process (``--vla-policy-placement=served``), beside the env
+serially (one worker) and beside it under ``-n 2``. The env is Push-T's adapter with a digest of
+every action it was given on the record (``action_digest_pusht``), so the comparison is step by
+step, not only of the outcomes. These need ``vlaeval install lerobot``; they fail, never skip,
+without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from action_digest_pusht import FACTORY
+from helpers import capped_benchmark, episode_records
+from lerobot_reference import lerobot_session, pusht_act_checkpoint  # noqa: F401
+
+pytestmark = pytest.mark.lerobot
+
+SEEDS = [1000, 1001, 1002]
+STEPS = 30
+"""Two of ACT's 20-step chunks: two forward passes an episode, each one's actions in the digest."""
+
+
+def digesting_benchmark(directory: Path) -> Path:
+    """Push-T capped at STEPS, its env the action-digesting adapter."""
+    path = capped_benchmark("pusht", STEPS, directory)
+    data = yaml.safe_load(path.read_text())
+    data["env"]["factory"] = FACTORY
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_beside_the_env_the_records_are_the_served_ones_bit_for_bit(
+    tmp_path: Path,
+    pusht_act_checkpoint: Path,  # noqa: F811
+) -> None:
+    benchmark = str(digesting_benchmark(tmp_path))
+    episodes = (f"--episodes={len(SEEDS)}", f"--vla-start-seed={SEEDS[0]}")
+    sessions = {
+        "served": ("--vla-policy-placement=served",),
+        "beside": (),
+        "beside-n2": ("-n", "2"),
+    }
+    started = {
+        name: lerobot_session(tmp_path / name, benchmark, pusht_act_checkpoint, *episodes, *args)
+        for name, args in sessions.items()
+    }
+    said = {
+        "served": "is served from one process in the lerobot interpreter (--vla-policy-placement=served)",
+        "beside": "runs beside the env in the lerobot interpreter (1 worker, a copy each); "
+        "--vla-policy-placement=served serves it from one process instead",
+        "beside-n2": "runs beside the env in the lerobot interpreter (2 workers, a copy each)",
+    }
+    workers = {"served": {"main"}, "beside": {"gw0"}, "beside-n2": {"gw0", "gw1"}}
+    outcomes = {}
+    for name, proc in started.items():
+        output, _ = proc.communicate(timeout=900)
+        assert proc.returncode in (0, 1), output[-3000:]  # 1: episodes failed (a random policy)
+        assert f"vlaeval: lerobot:{pusht_act_checkpoint} {said[name]}" in output, output[-3000:]
+        (run_dir,) = (tmp_path / name / "results").iterdir()
+        records = episode_records(run_dir)
+        assert sorted(seed for _, seed in records) == SEEDS, (name, sorted(records))
+        assert {r["worker"] for r in records.values()} == workers[name]
+        outcomes[name] = {
+            seed: (
+                r["success"],
+                r["episode_return"],
+                r["length"],
+                r["extras"]["max_reward"],
+                r["extras"]["actions_sha256"],
+            )
+            for (_, seed), r in records.items()
+        }
+    assert outcomes["beside"] == outcomes["served"]
+    assert outcomes["beside-n2"] == outcomes["served"]
+    assert len({outcome[-1] for outcome in outcomes["served"].values()}) == len(SEEDS), "each seed's own actions"
