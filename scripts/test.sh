@@ -10,4 +10,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh --all  # every stack `vlaeval install --list` names
 ./scripts/install_browser.sh
 ./scripts/install_cluster_tools.sh
+# Idle OpenMP threads sleep rather than spin: torch in one case's processes would otherwise burn
+# the core the other worker's case needs (the numbers do not change, only the waiting).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=10 "$@"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vlaeval.benchmark import file as benchmark_file
+from pytest_vlaeval.benchmark.install import Stack
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.finite import finite_mean
 
@@ -238,7 +239,7 @@ class Benchmark:
     unavailable_splits: dict[str, str] = field(default_factory=dict)
     """Splits the benchmark defines that this install cannot run, with the reason (one line)."""
     lerobot: LeRobot = LeRobot()
-    install: benchmark_file.InstallFile = field(default_factory=benchmark_file.InstallFile)
+    install: Stack = field(default_factory=lambda: Stack.from_section(benchmark_file.InstallFile(), ""))
     """The simulator stack: its pins for ``vlaeval install``, the interpreter, what a run records."""
     controls: Controls | None = None
     interval_clusters: Axis | None = None
@@ -247,7 +248,7 @@ class Benchmark:
     @property
     def stack(self) -> str:
         """The name of the stack the benchmark runs on (and of its interpreter, if it has one)."""
-        return self.install.stack or self.name
+        return self.install.name or self.name
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -375,6 +376,7 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
     _check_selectors(axes, tasks, document.unavailable_splits, path)
     controls = _controls(document.controls, axes, tasks, path)
     by_field = {a.field: a for a in axes}
+    stack = Stack.from_section(document.install, document.name)
     return Benchmark(
         name=document.name,
         title=document.title or document.name,
@@ -385,13 +387,13 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
             action_dim=env.action_dim,
             policy_obs_keys=tuple(env.policy_obs_keys),
             preflight=env.preflight,
-            packages=tuple(document.install.record),
+            packages=stack.record,
             reset_options=dict(env.reset_options),
             reference_reset_options=dict(
                 env.reset_options if env.reference_reset_options is None else env.reference_reset_options
             ),
             vector_backends=tuple(env.vector_backends),
-            interpreter=(document.install.stack or document.name) if document.install.own_interpreter else None,
+            interpreter=stack.name if stack.own_interpreter else None,
             filterwarnings=tuple(env.filterwarnings),
             options=options,
         ),
@@ -405,7 +407,7 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
         reporting=_reporting(document, axes, tasks, path),
         unavailable_splits=dict(document.unavailable_splits),
         lerobot=_lerobot(document.lerobot, axes, tasks, path, controls),
-        install=document.install,
+        install=stack,
         controls=controls,
         interval_clusters=_axis_named(by_field, document.interval_clusters, "interval_clusters", path),
     )

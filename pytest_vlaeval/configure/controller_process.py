@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vlaeval.benchmark.install import PipStep
 from pytest_vlaeval.controller import pytest_html_extras
 from pytest_vlaeval.controller.failures import FailedEpisodeSections
 from pytest_vlaeval.controller.plugin import ResultsController
@@ -41,7 +42,6 @@ from pytest_vlaeval.install.interpreters import (
     probe,
     session_python,
 )
-from pytest_vlaeval.install.stacks import PipStep
 from pytest_vlaeval.policy.sources import PolicySource
 from pytest_vlaeval.printable import terminal_safe
 from pytest_vlaeval.results.latest import LatestRecords

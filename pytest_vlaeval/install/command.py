@@ -13,13 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest_vlaeval.benchmark.install import Stack
 from pytest_vlaeval.benchmark.model import resolve_benchmark
 from pytest_vlaeval.bounded_run import STACK_OUTPUT_LIMIT, run_bounded
 from pytest_vlaeval.envs.preflight import preflight_problem
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install import installer, interpreters
 from pytest_vlaeval.install.assets_command import add_source_options, install_assets
-from pytest_vlaeval.install.stacks import Stack, stacks
+from pytest_vlaeval.install.stacks import stacks
 
 PREFIX = "vlaeval install:"
 

