@@ -4,7 +4,8 @@ lists, baselines): standard JSON whose numbers are finite and whose nesting is s
 Python's ``json`` writes ``NaN`` and ``Infinity`` unless told not to, reads ``1e999`` as infinity,
 and recurses once per level of nesting, so 100,000 ``[`` are a ``RecursionError`` wherever they
 are read. A file may come from someone else: ``loads`` refuses all three with a ``ValueError``
-saying which, and ``dumps`` never writes what ``loads`` would refuse. This module imports nothing
+saying which, and ``dumps`` never writes what ``loads`` would refuse; ``read_regular`` reads its
+bytes bounded, never waiting on a pipe or reading a device forever. This module imports nothing
 of the package, so every floor may read through it.
 """
 
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 MAX_DEPTH = 64
@@ -72,3 +76,32 @@ def _check_depth(data: Any) -> None:
         if depth > MAX_DEPTH:
             raise ValueError(_TOO_DEEP)
         level = [child for node in containers for child in (node.values() if isinstance(node, dict) else node)]
+
+
+class NotRegularFile(ValueError):
+    """What ``read_regular`` was given is a directory, a pipe, a device...: nothing was read."""
+
+    def __init__(self, directory: bool) -> None:
+        super().__init__("not a regular file")
+        self.directory = directory
+
+
+class TooLarge(ValueError):
+    """The file holds more than ``read_regular``'s bound."""
+
+
+def read_regular(path: Path, max_bytes: int, *, follow_links: bool = True) -> bytes:
+    """A regular file's bytes, at most ``max_bytes``: ``NotRegularFile`` for anything else (checked on
+    the open descriptor: a pipe's blocking open would wait for a writer, ``/dev/zero`` never ends),
+    ``TooLarge`` past the bound, ``OSError`` from the open (a link, with ``follow_links`` false)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
+    descriptor = os.open(path, flags)
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise NotRegularFile(directory=stat.S_ISDIR(mode))
+    with open(descriptor, "rb") as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise TooLarge(f"larger than {max_bytes >> 20} MiB")
+    return data

@@ -36,9 +36,7 @@ directory. Whatever is not so is one line naming the file and the field, before 
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,17 +175,12 @@ def read_eval_info(location: EvalInfoLocation, benchmark: Benchmark, option: str
 def _bounded_read(file: Path, in_directory: bool, where: str) -> bytes:
     """A regular file's bytes, at most ``MAX_BYTES``: a pipe or a device named ``eval_info.json``
     would otherwise be waited on, or read, forever; inside a run directory, never through a link."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if in_directory else 0)
-    descriptor = os.open(file, flags)  # a pipe's open would wait for a writer
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):  # checked before a file object is made: its errors name the descriptor, not the file
-        os.close(descriptor)
-        raise SpecError(f"{where}: {file} is {'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}")
-    with open(descriptor, "rb") as handle:
-        data = handle.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise SpecError(f"{where}: {file} is larger than {MAX_BYTES // 2**20} MiB, more than an eval_info.json holds")
-    return data
+    try:
+        return strict_json.read_regular(file, MAX_BYTES, follow_links=not in_directory)
+    except strict_json.NotRegularFile as exc:
+        raise SpecError(f"{where}: {file} is {'a directory' if exc.directory else exc}") from None
+    except strict_json.TooLarge as exc:
+        raise SpecError(f"{where}: {file} is {exc}, more than an eval_info.json holds") from None
 
 
 def _task(entry: _Entry, env_id: str, location: EvalInfoLocation, benchmark: Benchmark, where: str) -> EvalInfoTask:

@@ -139,13 +139,7 @@ def check_processor_files(directory: Path, registry: Collection[str]) -> None:
 def read_json_file(path: Path) -> Any:
     """The JSON value of a checkpoint file, read as untrusted: a regular file of at most
     ``MAX_JSON_BYTES``, finite numbers, bounded nesting; ``ValueError`` or ``OSError`` saying why not."""
-    if not _regular_file(path):
-        raise ValueError("not a regular file")
-    with path.open("rb") as file:
-        raw = file.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise ValueError(f"larger than {MAX_JSON_BYTES >> 20} MiB")
-    return strict_json.loads(raw)
+    return strict_json.loads(strict_json.read_regular(path, MAX_JSON_BYTES))
 
 
 def _pipeline(root: Path, name: str) -> _Pipeline:

@@ -8,8 +8,6 @@ episode ids, so every worker collects exactly the same items even while the stor
 from __future__ import annotations
 
 import heapq
-import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -93,16 +91,12 @@ def read_episode_list(path: Path, selection: Selection) -> list[EpisodeId]:
 def _bounded_read(path: Path, where: str) -> bytes:
     """A regular file's bytes, refused when larger than ``EPISODE_LIST_MAX_MIB``: a device, a pipe
     or a huge file would otherwise be read whole (or forever) before anything could say so."""
-    cap = EPISODE_LIST_MAX_MIB * 2**20
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe's open would wait for a writer
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        os.close(descriptor)
-        raise SpecError(f"{where}: not a regular file")
-    with open(descriptor, "rb") as file:
-        data = file.read(cap + 1)
-    if len(data) > cap:
-        raise SpecError(f"{where}: larger than {EPISODE_LIST_MAX_MIB} MiB, more than any run's episodes")
-    return data
+    try:
+        return strict_json.read_regular(path, EPISODE_LIST_MAX_MIB * 2**20)
+    except strict_json.TooLarge as exc:
+        raise SpecError(f"{where}: {exc}, more than any run's episodes") from None
+    except strict_json.NotRegularFile as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def still_to_run(universe: list[EpisodeId], records: Mapping[EpisodeId, EpisodeRecord], mode: str) -> list[EpisodeId]:
