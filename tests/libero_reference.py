@@ -82,6 +82,26 @@ def flipped(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def prompted_episode(env: Any, raw: dict[str, Any], prompt: str, max_steps: int) -> dict:
+    """The policy's part of a LIBERO episode after the wait steps (LIBERO-PRO's and LIBERO-Plus's
+    runners alike): up to ``max_steps`` deterministic actions prompted with ``prompt``, success as
+    soon as ``done``; the digest of what the policy saw and did."""
+    digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
+    episode_return, success = 0.0, False
+    for step in range(max_steps):
+        obs = {**flipped(raw), "instruction": prompt}
+        digest.observe(obs)
+        action = deterministic_action(obs, step)
+        digest.act(action)
+        raw, reward, done, _ = env.step(action.tolist())
+        episode_return += float(reward)
+        if done:
+            success = True
+            break
+    digest.outcome(success, episode_return, digest.steps)
+    return digest.result()
+
+
 def reference_episodes(suite_name: str, task_index: int, episodes: int, max_steps: int, seed: int = 7) -> list[dict]:
     """Episodes 0..episodes-1 of one task, as the harnesses run them (fresh env, seed once, in
     order, prompted with ``task.language`` as openpi does)."""
@@ -166,21 +186,7 @@ def reference_pro_episodes(
             raw = env.set_init_state(init_states[k])
             for _ in range(WAIT_STEPS):
                 raw, _, _, _ = env.step(warm_up)
-            prompt = str(env.language_instruction)
-            digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
-            episode_return, success = 0.0, False
-            for step in range(max_steps):
-                obs = {**flipped(raw), "instruction": prompt}
-                digest.observe(obs)
-                action = deterministic_action(obs, step)
-                digest.act(action)
-                raw, reward, done, _ = env.step(action.tolist())
-                episode_return += float(reward)
-                if done:
-                    success = True
-                    break
-            digest.outcome(success, episode_return, digest.steps)
-            results.append(digest.result())
+            results.append(prompted_episode(env, raw, str(env.language_instruction), max_steps))
     finally:
         env.close()
     return results
@@ -215,20 +221,7 @@ def reference_plus_episodes(suite_name: str, names: list[str], max_steps: int, s
             raw = env.set_init_state(init_states[0])
             for _ in range(WAIT_STEPS):
                 raw, _, _, _ = env.step(WAIT_ACTION)
-            digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
-            episode_return, success = 0.0, False
-            for step in range(max_steps):
-                obs = {**flipped(raw), "instruction": task.language}
-                digest.observe(obs)
-                action = deterministic_action(obs, step)
-                digest.act(action)
-                raw, reward, done, _ = env.step(action.tolist())
-                episode_return += float(reward)
-                if done:
-                    success = True
-                    break
-            digest.outcome(success, episode_return, digest.steps)
-            results[name] = digest.result()
+            results[name] = prompted_episode(env, raw, task.language, max_steps)
         finally:
             env.close()
     return results
