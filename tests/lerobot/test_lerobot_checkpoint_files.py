@@ -37,6 +37,7 @@ from pytest_vlaeval.lerobot.processor_files import (
     MAX_JSON_BYTES,
     PROCESSOR_FILES,
     check_processor_files,
+    read_json_file,
 )
 from pytest_vlaeval.strict_json import dumps
 
@@ -407,3 +408,11 @@ def test_any_processor_files_are_accepted_as_lerobot_steps_or_refused_in_one_lin
                 accepted_steps_are_lerobots(directory, files)
 
         check()
+
+
+def test_a_checkpoint_file_that_is_a_pipe_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    """A FIFO named ``config.json`` (or one swapped in after a look at the name) is refused from the
+    open descriptor; a blocking open would wait for a writer forever."""
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(ValueError, match=r"^not a regular file$"):
+        read_json_file(tmp_path / "config.json")
