@@ -22,7 +22,6 @@ groups, and a crashed worker's groups go back whole, so one group is one batched
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -309,12 +308,31 @@ class AffinityScheduling:
         return TaskQueue(queue.task, deque(tail))
 
     def _worth_taking(self, thief: WorkerController, victim: WorkerController, queue: TaskQueue) -> int:
-        """Episodes to move so that both finish together: the victim still runs what it holds,
-        the thief first runs what it holds and builds the env unless it already has it."""
+        """Episodes to move (whole lockstep groups from the tail) so that the later of the two
+        finishes soonest: the victim still runs what it holds, the thief first runs what it holds
+        and builds the env unless it already has it; 0 when moving none is soonest."""
         remaining = len(self.node2pending[victim]) + len(queue.indices)
         build = 0.0 if self.node2task.get(thief) == queue.task else self.cost.in_episodes(queue.task)
-        take = math.floor((remaining - build - len(self.node2pending[thief])) / 2)
-        return min(take, len(queue.indices))
+        held = len(self.node2pending[thief])
+        best, finish = 0, float(remaining)
+        for moved in self._tail_sizes(queue):
+            later = max(remaining - moved, held + build + moved)
+            if later < finish:
+                best, finish = moved, later
+        return best
+
+    def _tail_sizes(self, queue: TaskQueue) -> list[int]:
+        """How many episodes a tail of 1, 2, ... whole lockstep groups of ``queue`` holds."""
+        sizes: list[int] = []
+        previous = None
+        for count, index in enumerate(reversed(queue.indices)):
+            group = self.group_of.get(index, index)
+            if previous is not None and group != previous:
+                sizes.append(count)
+            previous = group
+        if queue.indices:
+            sizes.append(len(queue.indices))
+        return sizes
 
     def _give_back(self, indices: list[int]) -> None:
         """Return episodes to a live worker whose env is already their task, else to the pool's front."""

@@ -196,7 +196,7 @@ class LeRobotPolicy:
     def act(self, obs: dict[str, Any]) -> np.ndarray:
         loaded = self._loaded
         with _inference(loaded):
-            observation = _policy_input(loaded, obs)
+            observation = _policy_inputs(loaded, [obs])[0]
             with self._generators.installed() if self._generators else nullcontext():
                 action = self._policy.select_action(observation)
             return _env_action(loaded, action)
@@ -225,8 +225,8 @@ class LeRobotBatchedPolicy(LeRobotPolicy):
         policies = [episode.state["policy"] for episode in episodes]
         with _inference(loaded):
             inputs = [
-                chunks.model_input(policy, _policy_input(loaded, obs))
-                for policy, obs in zip(policies, observations, strict=True)
+                chunks.model_input(policy, row)
+                for policy, row in zip(policies, _policy_inputs(loaded, observations), strict=True)
             ]
             asking = [row for row, given in enumerate(inputs) if given is not None]
             new: list[Any] = [None] * len(episodes)
@@ -237,12 +237,8 @@ class LeRobotBatchedPolicy(LeRobotPolicy):
                 )
                 for index, row in enumerate(asking):
                     new[row] = predicted[index : index + 1]
-            return np.stack(
-                [
-                    _env_action(loaded, chunks.next_action(policy, chunk))
-                    for policy, chunk in zip(policies, new, strict=True)
-                ]
-            )
+            actions = [chunks.next_action(policy, chunk) for policy, chunk in zip(policies, new, strict=True)]
+            return _env_action(loaded, loaded.torch.cat(actions))[:, None]
 
 
 def _generators(loaded: _Loaded, seed: int) -> Any:
@@ -260,25 +256,44 @@ def _inference(loaded: _Loaded) -> Iterator[None]:
         yield
 
 
-def _policy_input(loaded: _Loaded, obs: dict[str, Any]) -> dict[str, Any]:
-    """The benchmark's observation of one episode as ``select_action`` takes it: a batch of one."""
-    arrays = {key: _batched(value) for key, value in obs.items() if key != "instruction"}
+def _policy_inputs(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The observations of a call's episodes as ``select_action`` takes each (a batch of one): the
+    processors run once on them stacked, as ``lerobot-eval``'s vector env runs them, then the batch
+    is split into its rows. Every step works element by element (images to [0, 1], normalisation), so
+    a row is what its own call would give."""
+    arrays = _stacked([{key: value for key, value in obs.items() if key != "instruction"} for obs in observations])
     observation = loaded.preprocess_observation(arrays)
-    observation["task"] = [obs.get("instruction", "")]
+    observation["task"] = [obs.get("instruction", "") for obs in observations]
     observation = loaded.env_preprocessor(observation)
-    return loaded.preprocessor(observation)
+    batch = loaded.preprocessor(observation)
+    return [_row(batch, row, len(observations)) for row in range(len(observations))]
+
+
+def _stacked(observations: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One episode's observation after another along a leading batch axis; a dict of images
+    (several cameras) keyed as it is."""
+    return {
+        key: _stacked([obs[key] for obs in observations])
+        if isinstance(value, dict)
+        else np.stack([np.asarray(obs[key]) for obs in observations])
+        for key, value in observations[0].items()
+    }
+
+
+def _row(batch: Any, row: int, rows: int) -> Any:
+    """Row ``row`` of a processed batch of ``rows``, as a batch of one: a tensor's slice, a list's
+    item (the task strings), a dict's rows; anything else is the batch's own."""
+    if isinstance(batch, dict):
+        return {key: _row(value, row, rows) for key, value in batch.items()}
+    if isinstance(batch, list) and len(batch) == rows:
+        return batch[row : row + 1]
+    if hasattr(batch, "shape") and batch.ndim and batch.shape[0] == rows:
+        return batch[row : row + 1]
+    return batch
 
 
 def _env_action(loaded: _Loaded, action: Any) -> np.ndarray:
-    """``select_action``'s action (1, D) as the env takes it."""
+    """``select_action``'s actions (B, D) as the env takes them."""
     action = loaded.postprocessor(action)
     action = loaded.env_postprocessor({loaded.action_key: action})[loaded.action_key]
     return action.to("cpu").numpy()
-
-
-def _batched(value: Any) -> Any:
-    """An observation array with the leading batch axis of one a vector env gives; a dict of
-    images (several cameras) keyed as it is."""
-    if isinstance(value, dict):
-        return {key: _batched(item) for key, item in value.items()}
-    return np.asarray(value)[None]

@@ -365,12 +365,22 @@ def test_lockstep_groups_are_sent_whole(pytester: pytest.Pytester) -> None:
 
 
 def test_lockstep_tails_are_taken_in_whole_groups(pytester: pytest.Pytester) -> None:
-    """With K=2 the third worker's tail of A (worth 5 episodes) is rounded down to two whole groups."""
+    """With K=2 the third worker's tail of A (5.5 episodes would even it out) is three whole groups:
+    A's holder then runs 6, the thief a build and 6, where two groups would leave the holder 8."""
     sched, (node1, node2, node3) = started(pytester, episodes(A=12, B=2), 3, lockstep=2)
     assert node1.sent == [0, 1] and node2.sent == [12, 13]
-    assert node3.sent == [8, 9]
-    assert list(sched.node2queue[node3].indices) == [10, 11]
-    assert list(sched.node2queue[node1].indices) == [2, 3, 4, 5, 6, 7]
+    assert node3.sent == [6, 7]
+    assert list(sched.node2queue[node3].indices) == [8, 9, 10, 11]
+    assert list(sched.node2queue[node1].indices) == [2, 3, 4, 5]
+
+
+def test_a_second_worker_takes_a_lockstep_group_larger_than_half(pytester: pytest.Pytester) -> None:
+    """One task, two groups of 8, two workers: the second takes the second group (finishing after
+    a build and 8 episodes, not after 16) rather than shutting down because half the work, less a
+    build, is not a whole group."""
+    _, (node1, node2) = started(pytester, episodes(A=16), 2, lockstep=8)
+    assert node1.sent == list(range(8))
+    assert node2.sent == list(range(8, 16)) and not node2.shutting_down
 
 
 @pytest.mark.parametrize("lockstep", [2, 3, 5])

@@ -37,7 +37,7 @@ from lerobot.configs.policies import PreTrainedConfig
 from lerobot.envs.configs import PushtEnv
 from lerobot.policies.factory import make_policy
 from lerobot.utils.random_utils import set_seed
-from pytest_vlaeval.lerobot.policy import LeRobotBatchedPolicy, LeRobotPolicy, _env_action, _load, _policy_input
+from pytest_vlaeval.lerobot.policy import LeRobotBatchedPolicy, LeRobotPolicy, _env_action, _load, _policy_inputs
 from pytest_vlaeval.policy.batched import BatchEpisode
 from pytest_vlaeval.policy.contract import EpisodeInfo
 
@@ -66,7 +66,7 @@ def lerobot_eval(path, seed):
     policy.eval()
     policy.reset()
     with torch.no_grad():
-        return [_env_action(loaded, policy.select_action(_policy_input(loaded, obs(seed, step)))).tolist()
+        return [_env_action(loaded, policy.select_action(_policy_inputs(loaded, [obs(seed, step)])[0])).tolist()
                 for step in range(STEPS)]
 
 
@@ -91,9 +91,22 @@ def batched(path, seeds, joins):
     return actions
 
 
+def processed_rows_differ(path):
+    # a call's observations pass the processors stacked: each row as its own call gives it, bit for bit
+    loaded = _load(path, "pusht")
+    views = [obs(seed, step) for seed in SEEDS for step in range(0, STEPS, 5)]
+    together = _policy_inputs(loaded, views)
+    alone = [_policy_inputs(loaded, [view])[0] for view in views]
+    differ = sum(not torch.equal(a[key], t[key]) for a, t in zip(alone, together) for key in a if torch.is_tensor(a[key]))
+    actions = torch.linspace(-3, 3, 2 * len(views)).reshape(len(views), 2)
+    rows = np.concatenate([_env_action(loaded, actions[i : i + 1]) for i in range(len(views))])
+    return differ + int(not np.array_equal(_env_action(loaded, actions), rows))
+
+
 out = {}
 for path in sys.argv[3:]:
     out[path] = {
+        "processed_rows_differ": processed_rows_differ(path),
         "lerobot_eval": [lerobot_eval(path, seed) for seed in SEEDS],
         "one_row": [one_row(path, seed) for seed in SEEDS],
         "alone": [batched(path, [seed], [0])[seed] for seed in SEEDS],
@@ -119,6 +132,7 @@ def test_episodes_are_lerobot_evals_one_by_one_or_batched(
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.splitlines()[-1])
     for name, path in checkpoints.items():
+        assert got[path].pop("processed_rows_differ") == 0, f"{name}: processors batched give each row its own call's"
         actions = {way: np.array(rows) for way, rows in got[path].items()}
         one_row = actions["one_row"]
         assert np.array_equal(one_row, actions["lerobot_eval"]), f"{name}: lerobot-eval's actions, bit for bit"

@@ -835,6 +835,56 @@ def test_openpi_client_against_our_server(start_server) -> None:
     assert server.stats()["open_episodes"] == 0, "openpi mode is stateless: nothing stays open"
 
 
+class OpensBadly(BatchedEchoMemory):
+    """Fails to open an episode prompted ``refuse``."""
+
+    def open_episode(self, episode: Any) -> None:
+        if episode.info.instruction == "refuse":
+            raise RuntimeError("cannot open this one")
+        super().open_episode(episode)
+
+
+@pytest.mark.parametrize("spec", ["test_serving:EchoMemory", "test_serving:BatchedEchoMemory"])
+def test_openpi_requests_are_one_step_episodes_opened_and_closed_by_their_batch(start_server, spec: str) -> None:
+    """Every openpi observation is a fresh episode (a memory policy remembers one step), opened and
+    closed once, in the one policy call of the batch that serves it, batched with other clients'."""
+    server = start_server(spec, protocol="openpi", max_batch_size=4, max_wait_ms=2_000)
+    clients = [WebsocketClientPolicy("127.0.0.1", server.server.port) for _ in range(3)]
+    together = threading.Barrier(3)
+
+    def infer(i: int) -> dict[str, Any]:
+        together.wait(WAIT_S)
+        return clients[i].infer({"proprio": np.full((1, 7), i + 1.0, np.float32), "prompt": "ok"})
+
+    for _ in range(2):
+        for i, result in enumerate(in_threads(3, infer)):
+            assert result["actions"][0, :4].tolist() == [1, i + 1, i + 1, i + 1], "a one-step episode of its own"
+    if spec.endswith("BatchedEchoMemory"):
+        assert max(len(batch) for batch in Recorder.batches) > 1, "concurrent openpi clients share batches"
+        assert len(Recorder.closed) == sum(len(batch) for batch in Recorder.batches) == 6, "each closed once"
+    assert server.stats()["open_episodes"] == 0
+
+
+def test_an_openpi_episode_that_fails_to_open_gets_the_error_and_its_batch_is_served(start_server) -> None:
+    server = start_server("test_serving:OpensBadly", protocol="openpi", max_batch_size=4, max_wait_ms=2_000)
+    clients = [WebsocketClientPolicy("127.0.0.1", server.server.port) for _ in range(2)]
+    together = threading.Barrier(2)
+
+    def infer(i: int) -> dict[str, Any] | str:
+        together.wait(WAIT_S)
+        try:
+            return clients[i].infer({"proprio": np.ones((1, 7), np.float32), "prompt": ("ok", "refuse")[i]})
+        except RuntimeError as exc:
+            return str(exc)
+
+    served, refused = in_threads(2, infer)
+    assert isinstance(served, dict) and served["actions"][0, 0] == 1
+    assert isinstance(refused, str) and "open_episode raised RuntimeError: cannot open this one" in refused
+    assert Recorder.batches == [[Recorder.closed[0]]], "the batch served the other row alone, then closed it"
+    assert clients[1].infer({"proprio": np.ones((1, 7), np.float32), "prompt": "ok"})["actions"].shape == (2, 7)
+    assert server.stats()["open_episodes"] == 0
+
+
 def test_openpi_mode_answers_a_malformed_observation_and_keeps_serving(start_server) -> None:
     server = start_server("random", protocol="openpi")
     with connect(server.url, compression=None, proxy=None) as ws:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from pytest_vlaeval.policy.batched import PolicyEngine
+from pytest_vlaeval.policy.batched import Outcome, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.connection import Connection, OpenEpisode, ServerConfig
 from pytest_vlaeval.serving.server.table import EpisodeTable
@@ -29,6 +29,10 @@ class ServerCore(Protocol):
 
     async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
         """Admit an episode and reset its state in the policy."""
+        ...
+
+    async def serve_one_step(self, connection: Connection, info: EpisodeInfo, obs: dict[str, Any]) -> Outcome:
+        """``obs`` as an episode of one step: admitted, opened, acted on and closed."""
         ...
 
     async def off_loop(self, work: Callable[..., T], *args: Any) -> T:

@@ -6,7 +6,6 @@ the map ``{"vlaeval_attach": {"segment", "nonce"}}``, answered ``{"attached": se
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import TYPE_CHECKING
 
 from pytest_vlaeval.errors import PolicyError
@@ -46,11 +45,9 @@ async def _frame(server: ServerCore, connection: Connection, frame: bytes | str)
             raise protocol.ProtocolError(f"an observation must be {problem}")
         prompt = obs.get("prompt", obs.get("instruction", ""))
         info = EpisodeInfo(task="openpi", seed=0, instruction=str(prompt), episode_index=0, max_steps=1)
-        entry = await server.open_episode(connection, uuid.uuid4().hex, info)
-        try:
-            outcome: Outcome | Refused = await server.table.submit(entry, 0, {"instruction": info.instruction, **obs})
-        finally:
-            server.table.close(entry, None)
+        outcome: Outcome | Refused = await server.serve_one_step(
+            connection, info, {"instruction": info.instruction, **obs}
+        )
     except protocol.ProtocolError as exc:
         log.warning("bad frame from %s: %s", connection.ws.remote_address, exc)
         await connection.send(f"bad request: {exc}")

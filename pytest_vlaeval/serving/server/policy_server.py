@@ -17,6 +17,7 @@ import json
 import logging
 import platform
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,6 +28,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
+from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.policy.batched import BatchEpisode, Outcome, PolicyEngine
 from pytest_vlaeval.policy.contract import EpisodeInfo
 from pytest_vlaeval.serving.server.batcher import Batcher
@@ -78,6 +80,8 @@ class PolicyServer:
         self.shared_memory = SharedMemoryCounts()
         self._sockets = SocketGate(socket_bound(config.max_connections))
         """Every socket from accept until it is closed, handshakes in progress included."""
+        self._one_step: set[str] = set()
+        """The open one-step episodes (``serve_one_step``), by id: their batch opens and closes them."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -256,9 +260,28 @@ class PolicyServer:
         engine = self.engine
         return await self.table.admit(connection, episode_id, info, lambda e: self._in_policy_thread(engine.open, e))
 
+    async def serve_one_step(self, connection: Connection, info: EpisodeInfo, obs: dict[str, Any]) -> Outcome:
+        """``obs`` served as an episode of one step (openpi's protocol has no episode boundary): admitted,
+        then opened, acted on and closed on the policy thread by the one call of the batch that takes
+        it, rather than in three hand-offs to that thread. ``Refused`` without a slot in time."""
+
+        async def opened_by_its_batch(_: BatchEpisode) -> None:
+            return None
+
+        entry = await self.table.admit(connection, uuid.uuid4().hex, info, opened_by_its_batch)
+        self._one_step.add(entry.episode.id)
+        try:
+            return await self.table.submit(entry, 0, obs)
+        finally:
+            self.table.close(entry, None)
+
     def _release(self, episode: BatchEpisode) -> None:
-        """A closed episode's queued requests go, and its state (on the policy thread)."""
+        """A closed episode's queued requests go, and its state (on the policy thread); a one-step
+        episode's batch closed it already, or it never reached the policy."""
         self.batcher.withdraw(episode)
+        if episode.id in self._one_step:
+            self._one_step.discard(episode.id)
+            return
         if self.engine is not None:
             with contextlib.suppress(RuntimeError):  # shutting down: the state goes with the process
                 self._executor.submit(self.engine.close, episode)
@@ -277,10 +300,43 @@ class PolicyServer:
 
     async def _forward(self, episodes: Sequence[BatchEpisode], observations: Sequence[dict[str, Any]]) -> list[Outcome]:
         assert self.engine is not None
-        return await self._in_policy_thread(self.engine.act, episodes, observations)
+        one_step = [episode for episode in episodes if episode.id in self._one_step]
+        if not one_step:
+            return await self._in_policy_thread(self.engine.act, episodes, observations)
+        return await self._in_policy_thread(_act_opening, self.engine, one_step, episodes, observations)
 
     async def _in_policy_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def off_loop(self, work: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._decoding, work, *args)
+
+
+def _act_opening(
+    engine: PolicyEngine,
+    one_step: Sequence[BatchEpisode],
+    episodes: Sequence[BatchEpisode],
+    observations: Sequence[dict[str, Any]],
+) -> list[Outcome]:
+    """``engine.act`` on a batch holding one-step episodes, which open first and close after (also
+    when the call fails); one that fails to open gets its error as its outcome and the rest are served."""
+    outcomes: dict[int, Outcome] = {}
+    opened: list[BatchEpisode] = []
+    try:
+        for row, episode in enumerate(episodes):
+            if episode in one_step:
+                try:
+                    engine.open(episode)
+                except PolicyError as exc:
+                    outcomes[row] = exc
+                    continue
+                opened.append(episode)
+        rows = [row for row in range(len(episodes)) if row not in outcomes]
+        if rows:
+            outcomes.update(
+                zip(rows, engine.act([episodes[r] for r in rows], [observations[r] for r in rows]), strict=True)
+            )
+        return [outcomes[row] for row in range(len(episodes))]
+    finally:
+        for episode in opened:
+            engine.close(episode)
