@@ -38,6 +38,19 @@ def test_lockstep_records_equal_lone_records_serial_and_under_xdist(fake: pytest
             assert records[task, first]["worker"] == records[task, first + 1]["worker"], "a group runs on one worker"
 
 
+def test_one_tasks_two_groups_run_on_both_workers(fake: pytest.Pytester) -> None:
+    """One task, two groups of 4 under -n 2: each worker runs one, the second did not leave with
+    nothing because half the work less an env build (3 episodes) is not a whole group."""
+    fake.runpytest_subprocess(
+        "--benchmark=fake.yaml:long", "--episodes=8", "--vla-lockstep=4", "-n", "2", "-p", "no:cacheprovider"
+    )
+    records = episode_records(run_dir(fake))
+    assert len(records) == 8
+    workers = {seed: r["worker"] for (_, seed), r in records.items()}
+    assert {workers[seed] for seed in range(100, 104)} != {workers[seed] for seed in range(104, 108)}
+    assert set(workers.values()) == {"gw0", "gw1"}
+
+
 def test_a_batched_policy_is_called_once_per_step_for_the_block(fake: pytest.Pytester) -> None:
     """``act_batch`` with per-row state gives the per-episode policy's records, in calls of up to K rows."""
     fake.runpytest(*SHORT, "--policy=spy_policies:EpisodeMemory", "--vla-results=alone")
