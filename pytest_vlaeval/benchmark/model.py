@@ -239,7 +239,7 @@ class Benchmark:
     unavailable_splits: dict[str, str] = field(default_factory=dict)
     """Splits the benchmark defines that this install cannot run, with the reason (one line)."""
     lerobot: LeRobot = LeRobot()
-    install: Stack = field(default_factory=lambda: Stack.from_section(benchmark_file.InstallFile(), ""))
+    install: Stack = field(kw_only=True)
     """The simulator stack: its pins for ``vlaeval install``, the interpreter, what a run records."""
     controls: Controls | None = None
     interval_clusters: Axis | None = None
@@ -248,7 +248,7 @@ class Benchmark:
     @property
     def stack(self) -> str:
         """The name of the stack the benchmark runs on (and of its interpreter, if it has one)."""
-        return self.install.name or self.name
+        return self.install.name
 
     @property
     def splits(self) -> tuple[str, ...]:
