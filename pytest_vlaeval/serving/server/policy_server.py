@@ -264,11 +264,7 @@ class PolicyServer:
         """``obs`` served as an episode of one step (openpi's protocol has no episode boundary): admitted,
         then opened, acted on and closed on the policy thread by the one call of the batch that takes
         it, rather than in three hand-offs to that thread. ``Refused`` without a slot in time."""
-
-        async def opened_by_its_batch(_: BatchEpisode) -> None:
-            return None
-
-        entry = await self.table.admit(connection, uuid.uuid4().hex, info, opened_by_its_batch)
+        entry = await self.table.admit(connection, uuid.uuid4().hex, info, _opened_by_its_batch)
         self._one_step.add(entry.episode.id)
         try:
             return await self.table.submit(entry, 0, obs)
@@ -310,6 +306,10 @@ class PolicyServer:
 
     async def off_loop(self, work: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._decoding, work, *args)
+
+
+async def _opened_by_its_batch(episode: BatchEpisode) -> None:
+    """A one-step episode's reset at admission: none, its batch opens it (``_act_opening``)."""
 
 
 def _act_opening(
