@@ -83,8 +83,8 @@ def flipped(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def prompted_episode(env: Any, raw: dict[str, Any], prompt: str, max_steps: int) -> dict:
-    """The policy's part of a LIBERO episode after the wait steps (LIBERO-PRO's and LIBERO-Plus's
-    runners alike): up to ``max_steps`` deterministic actions prompted with ``prompt``, success as
+    """The policy's part of a LIBERO episode after the wait steps (openpi's, LIBERO-PRO's and
+    LIBERO-Plus's runners alike): up to ``max_steps`` deterministic actions prompted with ``prompt``, success as
     soon as ``done``; the digest of what the policy saw and did."""
     digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
     episode_return, success = 0.0, False
@@ -122,26 +122,10 @@ def reference_episodes(suite_name: str, task_index: int, episodes: int, max_step
         for k in range(episodes):
             env.reset()
             raw = env.set_init_state(init_states[k])
-            digest = EpisodeDigest(POLICY_KEYS, "agentview_image")
-            episode_return, success = 0.0, False
-            t = 0
-            while t < max_steps + WAIT_STEPS:
-                if t < WAIT_STEPS:
-                    raw, _, _, _ = env.step(WAIT_ACTION)
-                    t += 1
-                    continue
-                obs = {**flipped(raw), "instruction": task.language}
-                digest.observe(obs)
-                action = deterministic_action(obs, t - WAIT_STEPS)
-                digest.act(action)
-                raw, reward, done, _ = env.step(action.tolist())
-                episode_return += float(reward)
-                if done:
-                    success = True
-                    break
-                t += 1
-            digest.outcome(success, episode_return, digest.steps)
-            results.append(digest.result())
+            # openpi's loop counts t over the wait steps and the policy's max_steps together: the same steps.
+            for _ in range(WAIT_STEPS):
+                raw, _, _, _ = env.step(WAIT_ACTION)
+            results.append(prompted_episode(env, raw, task.language, max_steps))
     finally:
         env.close()
     return results
