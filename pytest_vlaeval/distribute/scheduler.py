@@ -259,14 +259,8 @@ class AffinityScheduling:
 
     def _pop_tail(self, queue: TaskQueue, count: int) -> list[int]:
         """At most ``count`` episodes from the queue's tail, in whole lockstep groups, in queue order."""
-        tail: list[int] = []
-        while queue.indices:
-            group = self.group_of.get(queue.indices[-1], queue.indices[-1])
-            size = sum(1 for i in queue.indices if self.group_of.get(i, i) == group)
-            if len(tail) + size > count:
-                break
-            tail += [queue.indices.pop() for _ in range(size)]
-        return tail[::-1]
+        size = max((size for size in self._tail_sizes(queue) if size <= count), default=0)
+        return [queue.indices.pop() for _ in range(size)][::-1]
 
     def _next_queue(self, node: WorkerController, pending: list[int]) -> TaskQueue | None:
         """The queue to send ``node`` its next episodes from, or None."""
