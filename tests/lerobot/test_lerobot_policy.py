@@ -325,7 +325,9 @@ def test_a_server_interpreter_that_prints_without_end_is_stopped_and_one_line(fa
     MemoryError. Under a 1 GiB data limit the session ends in seconds with one line, and the
     script's own child is stopped with it."""
     script = fake.path / "yes.sh"
-    script.write_text("#!/bin/sh\nyes &\necho $! > yes.pid\nwait\n")
+    # The child writes its pid before it execs yes, so the pid is on disk before any output: the
+    # probe may stop the group as soon as yes has written 64 KiB.
+    script.write_text("#!/bin/sh\nsh -c 'echo $$ > yes.pid; exec yes' &\nwait\n")
     script.chmod(0o755)
     session = [sys.executable, "-m", "pytest", *FAKE, "--vla-serve=random", f"--vla-serve-python={script}"]
     started = time.monotonic()
