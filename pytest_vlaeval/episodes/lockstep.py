@@ -151,7 +151,7 @@ def run_group(
             obs, info = reset
             instruction = instruction_text(info.get("language_instruction"))
             info_ = EpisodeInfo(task=task, seed=seed, instruction=instruction, episode_index=index, max_steps=max_steps)
-            row = _Row(slot, BatchEpisode.of(f"{task}:{seed}", info_), obs, instruction)
+            row = _Row(slot, BatchEpisode(f"{task}:{seed}", info_), obs, instruction)
             opened.append(row)
             try:
                 engine.open(row.episode)

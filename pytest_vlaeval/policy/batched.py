@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,15 +47,15 @@ class BatchEpisode:
 
     id: str
     info: EpisodeInfo
-    rng: np.random.Generator
     state: dict[str, Any] = field(default_factory=dict)
     step: int = -1
     """Simulator step of the latest observation (-1 before the first)."""
 
-    @classmethod
-    def of(cls, episode_id: str, info: EpisodeInfo) -> BatchEpisode:
-        """A fresh episode whose RNG depends on its task and seed alone (``episode_rng``)."""
-        return cls(episode_id, info, episode_rng(info))
+    @cached_property
+    def rng(self) -> np.random.Generator:
+        """The episode's RNG, depending on its task and seed alone (``episode_rng``); made at first
+        use, as most policies draw none and an openpi request is an episode of its own."""
+        return episode_rng(self.info)
 
 
 Outcome = np.ndarray | EpisodeError

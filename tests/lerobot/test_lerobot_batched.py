@@ -78,7 +78,7 @@ def one_row(path, seed):
 
 def batched(path, seeds, joins):
     policy = LeRobotBatchedPolicy(path, "pusht")
-    episodes = [BatchEpisode.of(f"PushT-v0:{seed}", info(seed)) for seed in seeds]
+    episodes = [BatchEpisode(f"PushT-v0:{seed}", info(seed)) for seed in seeds]
     actions = {seed: [] for seed in seeds}
     for tick in range(STEPS + max(joins)):
         rows = [i for i, join in enumerate(joins) if join <= tick < join + STEPS]

@@ -715,7 +715,7 @@ def test_every_bad_request_gets_a_reply_and_every_slot_comes_back(
         assert reply["type"] == "actions", "maps nest as the env gives them: deeper than any benchmark's today"
         assert ask(ws, {"type": "close", "episode": "e"})["type"] == "closed"
         # a fault past admission, where the episode is made
-        monkeypatch.setattr(server_module.BatchEpisode, "of", classmethod(lambda cls, episode_id, info: 1 / 0))
+        monkeypatch.setattr(server_module, "BatchEpisode", lambda episode_id, info: 1 / 0)
         for _ in range(3):
             reply = ask(ws, {"type": "open", "episode": "doomed", **info})
             assert (reply["code"], reply["episode"]) == (protocol.SERVER, "doomed")

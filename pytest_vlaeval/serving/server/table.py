@@ -73,7 +73,7 @@ class EpisodeTable:
             if episode_id in connection.episodes:
                 raise Refused(protocol.BAD_REQUEST, f"episode {episode_id} is already open")
             loop = asyncio.get_running_loop()
-            episode = BatchEpisode.of(served_id(connection, episode_id), info)
+            episode = BatchEpisode(served_id(connection, episode_id), info)
             entry = OpenEpisode(episode_id, episode, connection, loop.time())
         except BaseException:
             self.slots.release()
