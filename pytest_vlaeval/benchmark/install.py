@@ -81,6 +81,11 @@ class Stack:
     record: tuple[str, ...] = ()
     """Distributions whose versions every run's fingerprint records (a benchmark's)."""
 
+    @property
+    def interpreter(self) -> str | None:
+        """The name of the interpreter of its own the stack runs in (``install.interpreters``); None: the caller's."""
+        return self.name if self.own_interpreter else None
+
     @classmethod
     def from_section(cls, section: InstallFile, benchmark: str) -> Stack:
         """A benchmark file's ``install`` section as the one value the rest reads; the benchmark's

@@ -97,8 +97,6 @@ class EnvSettings:
     policy_obs_keys: tuple[str, ...]
     preflight: str | None = None
     """A module run as ``python -m MODULE RENDER`` before a session; non-zero exit stops it."""
-    packages: tuple[str, ...] = ()
-    """Distributions whose versions are part of a run's fingerprint (``install.record``)."""
     reset_options: dict[str, Any] = field(default_factory=dict)
     """Passed to every ``env.reset`` (MIKASA: rebuild the scene, so no episode depends on the last)."""
     reference_reset_options: dict[str, Any] = field(default_factory=dict)
@@ -108,9 +106,6 @@ class EnvSettings:
     """Render backends on which the factory, given ``num_envs=K``, returns one simulator stepping K
     episodes at once (``episodes.lockstep.RowEnvs``; MIKASA: ``gpu``). Elsewhere a lockstep group is K
     separate envs."""
-    interpreter: str | None = None
-    """The name of the interpreter of its own the benchmark's workers run in (``install.interpreters``:
-    its stack clashes with the caller's, as Meta-World's); None: the caller's. From ``install``."""
     filterwarnings: tuple[str, ...] = ()
     """pytest ``filterwarnings`` lines for the simulator stack's noise on every env."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -387,13 +382,11 @@ def _load(path_text: str, mtime_ns: int, size: int) -> Benchmark:
             action_dim=env.action_dim,
             policy_obs_keys=tuple(env.policy_obs_keys),
             preflight=env.preflight,
-            packages=stack.record,
             reset_options=dict(env.reset_options),
             reference_reset_options=dict(
                 env.reset_options if env.reference_reset_options is None else env.reference_reset_options
             ),
             vector_backends=tuple(env.vector_backends),
-            interpreter=stack.name if stack.own_interpreter else None,
             filterwarnings=tuple(env.filterwarnings),
             options=options,
         ),

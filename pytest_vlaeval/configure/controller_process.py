@@ -196,7 +196,7 @@ def _worker_python(
     it (else one line naming ``--vla-serve``): all asked of it in one start (``probe``), which also
     says its ``sys.path`` (the workers' path)."""
     benchmark = run.selection.benchmark
-    name = placement.interpreter or benchmark.env.interpreter
+    name = placement.interpreter or benchmark.install.interpreter
     if name is None or config.option.collectonly:
         return None, None
     whose = f"--policy {run.policy.text}" if placement.interpreter else benchmark.title  # beside: never --vla-serve's

@@ -70,11 +70,11 @@ def install_assets(
 def interpreter_packages(benchmark: Benchmark) -> list[Path] | None:
     """The ``site-packages`` of the benchmark's own interpreter, None when it runs in this one;
     ``SpecError`` in one line when it has one and that is not made yet."""
-    if benchmark.env.interpreter is None:
+    if benchmark.install.interpreter is None:
         return None
-    python = interpreters.interpreter_python(benchmark.env.interpreter)
+    python = interpreters.interpreter_python(benchmark.install.interpreter)
     if not python.is_file():
-        make = interpreters.install_command(benchmark.env.interpreter) or "make it"
+        make = interpreters.install_command(benchmark.install.interpreter) or "make it"
         raise SpecError(
             f"{benchmark.name}'s data files go into its own interpreter, and there is none at "
             f"{python.parent.parent}: run `{make}` first"

@@ -92,7 +92,7 @@ def fingerprint(
             "policy": policy_identity,
             "render": render,
             "packages": {"pytest-vlaeval": __version__}
-            | {name: (installed or _version)(name) for name in benchmark.env.packages},
+            | {name: (installed or _version)(name) for name in benchmark.install.record},
             "package_digest": package_digest(),
             "assets": asset_digests(selection),
         }

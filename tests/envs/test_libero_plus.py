@@ -125,7 +125,7 @@ def test_the_stack_checks_out_in_this_environment() -> None:
     """LIBERO-Plus has no interpreter of its own: ``vlaeval install libero-plus --check`` finds its
     packages, its assets link and its config (the finish step's check) in the environment that runs
     the tests, and a session's workers start here."""
-    assert load_benchmark(builtin_benchmarks()["libero-plus"]).env.interpreter is None
+    assert load_benchmark(builtin_benchmarks()["libero-plus"]).install.interpreter is None
     done = subprocess.run(
         [sys.executable, "-m", "pytest_vlaeval", "install", "libero-plus", "--check"],
         capture_output=True,

@@ -37,13 +37,13 @@ def test_every_builtin_benchmark_runs_on_a_stack_the_installer_knows(name: str) 
     assert benchmark.install.record, f"{name}: install.record is empty"
     stack = stack_of(benchmark)
     assert not stack.policy or stack.own_interpreter  # lerobot-libero's workers run in LeRobot's interpreter
-    assert benchmark.env.interpreter == (stack.name if stack.own_interpreter else None)
+    assert benchmark.install.interpreter == (stack.name if stack.own_interpreter else None)
 
 
 @pytest.mark.parametrize("name", BUILTINS)
 def test_what_a_run_records_is_what_the_stack_pins(name: str) -> None:
     benchmark = BUILTINS[name]
-    unpinned = {canonicalize_name(p) for p in benchmark.env.packages} - pinned(stack_of(benchmark))
+    unpinned = {canonicalize_name(p) for p in benchmark.install.record} - pinned(stack_of(benchmark))
     assert not unpinned, f"{name} records {sorted(unpinned)}, which its stack does not pin"
 
 
@@ -173,5 +173,5 @@ def test_a_users_file_names_its_stack_and_interpreter(tmp_path: Path) -> None:
     benchmark = load_benchmark(
         _write(tmp_path, "install: {stack: mysim, own_interpreter: true, record: [gymnasium]}\n")
     )
-    assert (benchmark.env.interpreter, benchmark.env.packages) == ("mysim", ("gymnasium",))
+    assert (benchmark.install.interpreter, benchmark.install.record) == ("mysim", ("gymnasium",))
     assert "mysim" not in stacks() and "mine" not in stacks()
