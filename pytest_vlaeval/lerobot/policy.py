@@ -260,13 +260,27 @@ def _policy_inputs(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> l
     """The observations of a call's episodes as ``select_action`` takes each (a batch of one): the
     processors run once on them stacked, as ``lerobot-eval``'s vector env runs them, then the batch
     is split into its rows. Every step works element by element (images to [0, 1], normalisation), so
-    a row is what its own call would give."""
+    a row is what its own call would give; the checkpoint's first stacked call checks that its
+    processors' output splits so (``_check_split``)."""
+    batch = _processed(loaded, observations)
+    rows = [_row(batch, row, len(observations)) for row in range(len(observations))]
+    if len(observations) > 1 and id(loaded) not in _SPLIT_CHECKED:
+        _check_split(_processed(loaded, observations[:1]), rows[0])
+        _SPLIT_CHECKED.add(id(loaded))
+    return rows
+
+
+_SPLIT_CHECKED: set[int] = set()
+"""The loaded checkpoints (``_load`` keeps each for the process's life) whose split was checked."""
+
+
+def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:
+    """The observations stacked and passed through the checkpoint's processors, as one batch."""
     arrays = _stacked([{key: value for key, value in obs.items() if key != "instruction"} for obs in observations])
     observation = loaded.preprocess_observation(arrays)
     observation["task"] = [obs.get("instruction", "") for obs in observations]
     observation = loaded.env_preprocessor(observation)
-    batch = loaded.preprocessor(observation)
-    return [_row(batch, row, len(observations)) for row in range(len(observations))]
+    return loaded.preprocessor(observation)
 
 
 def _stacked(observations: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -290,6 +304,33 @@ def _row(batch: Any, row: int, rows: int) -> Any:
     if hasattr(batch, "shape") and batch.ndim and batch.shape[0] == rows:
         return batch[row : row + 1]
     return batch
+
+
+def _check_split(alone: Any, split: Any) -> None:
+    """``PolicyError`` unless the first row processed alone has the shapes that row has when split from
+    a batch: ``_row`` takes a value for batch-first by its leading size, which a processor's output of
+    another layout could have by chance."""
+    own, taken = _shapes(alone), _shapes(split)
+    if own != taken:
+        key = next(key for key in sorted(own.keys() | taken.keys()) if own.get(key) != taken.get(key))
+        raise PolicyError(
+            f"the checkpoint's processors give {key!r} a layout that does not split by episode "
+            f"({own.get(key)} for one episode, {taken.get(key)} split from a batch): batched inference "
+            "cannot serve it; leave out ':batched'"
+        )
+
+
+def _shapes(value: Any, key: str = "") -> dict[str, Any]:
+    """Each value of a processed batch by its dotted key: a tensor's shape, a list's length, else its type."""
+    if isinstance(value, dict):
+        return {
+            name: shape for k, v in value.items() for name, shape in _shapes(v, f"{key}.{k}" if key else str(k)).items()
+        }
+    if isinstance(value, list):
+        return {key: ("list", len(value))}
+    if hasattr(value, "shape"):
+        return {key: tuple(value.shape)}
+    return {key: type(value).__name__}
 
 
 def _env_action(loaded: _Loaded, action: Any) -> np.ndarray:

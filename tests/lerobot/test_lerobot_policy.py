@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import (
     assert_one_line_usage_error,
@@ -360,3 +361,34 @@ def _gone(pid: int) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_a_processed_value_that_does_not_split_by_episode_fails_batched_inference_at_its_first_batch() -> None:
+    """Batched inference runs LeRobot's processors once on a call's episodes stacked and splits the
+    output by its leading size; a value of another layout that has that size by chance is caught."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from pytest_vlaeval.errors import PolicyError
+    from pytest_vlaeval.lerobot.policy import _policy_inputs
+
+    def loaded(extra: dict) -> SimpleNamespace:
+        return SimpleNamespace(
+            preprocess_observation=lambda arrays: {"observation.image": torch.from_numpy(arrays["pixels"]) / 255},
+            env_preprocessor=lambda observation: observation,
+            preprocessor=lambda observation: {**observation, **extra},
+        )
+
+    observations = [{"pixels": np.full((2, 2), row, np.uint8), "instruction": f"task {row}"} for row in range(3)]
+    element_wise = loaded({})
+    rows = _policy_inputs(element_wise, observations)
+    for row, obs in enumerate(observations):
+        alone = _policy_inputs(element_wise, [obs])[0]
+        assert torch.equal(rows[row]["observation.image"], alone["observation.image"])
+        assert rows[row]["task"] == alone["task"] == [f"task {row}"]
+    constant = loaded({"observation.bias": torch.zeros(3, 4)})
+    assert len(_policy_inputs(constant, observations[:2])) == 2  # size 3, not the batch's 2: passed whole
+    with pytest.raises(
+        PolicyError, match=r"'observation\.bias' a layout that does not split by episode \(\(3, 4\) for one"
+    ):
+        _policy_inputs(loaded({"observation.bias": torch.zeros(3, 4)}), observations)
