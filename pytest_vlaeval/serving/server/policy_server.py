@@ -319,18 +319,19 @@ def _act_opening(
     observations: Sequence[dict[str, Any]],
 ) -> list[Outcome]:
     """``engine.act`` on a batch holding one-step episodes, which open first and close after (also
-    when the call fails); one that fails to open gets its error as its outcome and the rest are served."""
+    when the call fails); one that fails to open gets its error as its outcome and the rest are served.
+    Every episode whose open began is closed, as a half-opened one holds state too (a policy
+    instance taken from the idle ones, an ``open_episode``'s partial state)."""
     outcomes: dict[int, Outcome] = {}
     opened: list[BatchEpisode] = []
     try:
         for row, episode in enumerate(episodes):
             if episode in one_step:
+                opened.append(episode)
                 try:
                     engine.open(episode)
                 except PolicyError as exc:
                     outcomes[row] = exc
-                    continue
-                opened.append(episode)
         rows = [row for row in range(len(episodes)) if row not in outcomes]
         if rows:
             outcomes.update(
