@@ -260,18 +260,42 @@ def _policy_inputs(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> l
     """The observations of a call's episodes as ``select_action`` takes each (a batch of one): the
     processors run once on them stacked, as ``lerobot-eval``'s vector env runs them, then the batch
     is split into its rows. Every step works element by element (images to [0, 1], normalisation), so
-    a row is what its own call would give; the checkpoint's first stacked call checks that its
-    processors' output splits so (``_check_split``)."""
-    batch = _processed(loaded, observations)
-    rows = [_row(batch, row, len(observations)) for row in range(len(observations))]
-    if len(observations) > 1 and id(loaded) not in _SPLIT_CHECKED:
-        _check_split(_processed(loaded, observations[:1]), rows[0])
-        _SPLIT_CHECKED.add(id(loaded))
+    a row is what its own call would give. Rows of another layout (a served batch's other clients:
+    other keys, shapes or dtypes, which stacking would drop or convert) are stacked apart."""
+    rows: list[dict[str, Any]] = [{}] * len(observations)
+    by_layout: dict[tuple[Any, ...], list[int]] = {}
+    for index, obs in enumerate(observations):
+        by_layout.setdefault(_layout(obs), []).append(index)
+    for members in by_layout.values():
+        for index, row in zip(members, _split_batch(loaded, [observations[i] for i in members]), strict=True):
+            rows[index] = row
     return rows
 
 
-_SPLIT_CHECKED: set[int] = set()
-"""The loaded checkpoints (``_load`` keeps each for the process's life) whose split was checked."""
+def _layout(obs: dict[str, Any]) -> tuple[Any, ...]:
+    """What observations must share to be stacked: their keys, and each array's shape and dtype."""
+    return tuple(
+        (key, _layout(value) if isinstance(value, dict) else (np.shape(value), np.asarray(value).dtype.str))
+        for key, value in sorted(obs.items())
+        if key != "instruction"
+    )
+
+
+def _split_batch(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Observations of one layout processed stacked and split into rows; the first stacked call of each
+    size checks that the processors' output splits so (``_check_split``)."""
+    batch = _processed(loaded, observations)
+    rows = [_row(batch, row, len(observations)) for row in range(len(observations))]
+    checked = (id(loaded), len(observations))
+    if len(observations) > 1 and checked not in _SPLIT_CHECKED:
+        _check_split(_processed(loaded, observations[:1]), rows[0])
+        _SPLIT_CHECKED.add(checked)
+    return rows
+
+
+_SPLIT_CHECKED: set[tuple[int, int]] = set()
+"""(loaded checkpoint, batch size) pairs whose split was checked: ``_row`` splits by the batch's size,
+so each size is checked once (``_load`` keeps each checkpoint for the process's life)."""
 
 
 def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:

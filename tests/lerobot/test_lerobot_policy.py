@@ -363,9 +363,10 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_a_processed_value_that_does_not_split_by_episode_fails_batched_inference_at_its_first_batch() -> None:
+def test_a_processed_value_that_does_not_split_by_episode_fails_batched_inference() -> None:
     """Batched inference runs LeRobot's processors once on a call's episodes stacked and splits the
-    output by its leading size; a value of another layout that has that size by chance is caught."""
+    output by its leading size; a value of another layout that has that size by chance is caught, at
+    whatever size the batch has when it does (a lockstep block shrinks as its episodes end)."""
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
@@ -374,21 +375,53 @@ def test_a_processed_value_that_does_not_split_by_episode_fails_batched_inferenc
 
     def loaded(extra: dict) -> SimpleNamespace:
         return SimpleNamespace(
-            preprocess_observation=lambda arrays: {"observation.image": torch.from_numpy(arrays["pixels"]) / 255},
+            preprocess_observation=lambda arrays: {
+                key: torch.from_numpy(value) / 255 if value.dtype == np.uint8 else torch.from_numpy(value)
+                for key, value in arrays.items()
+            },
             env_preprocessor=lambda observation: observation,
             preprocessor=lambda observation: {**observation, **extra},
         )
 
-    observations = [{"pixels": np.full((2, 2), row, np.uint8), "instruction": f"task {row}"} for row in range(3)]
+    observations = [{"pixels": np.full((2, 2), row, np.uint8), "instruction": f"task {row}"} for row in range(4)]
     element_wise = loaded({})
     rows = _policy_inputs(element_wise, observations)
     for row, obs in enumerate(observations):
         alone = _policy_inputs(element_wise, [obs])[0]
-        assert torch.equal(rows[row]["observation.image"], alone["observation.image"])
+        assert torch.equal(rows[row]["pixels"], alone["pixels"])
         assert rows[row]["task"] == alone["task"] == [f"task {row}"]
     constant = loaded({"observation.bias": torch.zeros(3, 4)})
-    assert len(_policy_inputs(constant, observations[:2])) == 2  # size 3, not the batch's 2: passed whole
+    assert len(_policy_inputs(constant, observations)) == 4  # size 3, not the batch's 4: passed whole
     with pytest.raises(
         PolicyError, match=r"'observation\.bias' a layout that does not split by episode \(\(3, 4\) for one"
     ):
-        _policy_inputs(loaded({"observation.bias": torch.zeros(3, 4)}), observations)
+        _policy_inputs(constant, observations[:3])
+
+
+def test_rows_of_other_layouts_are_processed_as_their_own_calls() -> None:
+    """A served batch may hold several clients' observations: other keys or dtypes are never dropped
+    or converted by stacking them with the first row's."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from pytest_vlaeval.lerobot.policy import _policy_inputs
+
+    scaled = SimpleNamespace(
+        preprocess_observation=lambda arrays: {
+            key: torch.from_numpy(value) / 255 if value.dtype == np.uint8 else torch.from_numpy(value)
+            for key, value in arrays.items()
+        },
+        env_preprocessor=lambda observation: observation,
+        preprocessor=lambda observation: observation,
+    )
+    observations = [
+        {"pixels": np.full((2, 2), 255, np.uint8)},
+        {"pixels": np.full((2, 2), 0.5, np.float32)},  # stacked with the first, it would become 255 * 0.5
+        {"pixels": np.full((2, 2), 255, np.uint8), "agent_pos": np.ones(2, np.float32)},
+        {"pixels": np.zeros((2, 2), np.uint8)},
+    ]
+    rows = _policy_inputs(scaled, observations)
+    for row, obs in zip(rows, observations, strict=True):
+        alone = _policy_inputs(scaled, [obs])[0]
+        assert row.keys() == alone.keys()
+        assert all(torch.equal(row[key], alone[key]) for key in row if key != "task")
