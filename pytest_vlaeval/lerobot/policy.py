@@ -273,11 +273,12 @@ def _policy_inputs(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> l
 
 
 def _layout(obs: dict[str, Any]) -> tuple[Any, ...]:
-    """What observations must share to be stacked: their keys, and each array's shape and dtype."""
+    """What observations must share to be stacked: the keys of what ``_stacked`` stacks, and each
+    array's shape and dtype."""
     return tuple(
         (key, _layout(value) if isinstance(value, dict) else (np.shape(value), np.asarray(value).dtype.str))
         for key, value in sorted(obs.items())
-        if key != "instruction"
+        if not isinstance(value, str)
     )
 
 
@@ -300,8 +301,7 @@ so each size is checked once (``_load`` keeps each checkpoint for the process's 
 
 def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:
     """The observations stacked and passed through the checkpoint's processors, as one batch."""
-    arrays = _stacked([{key: value for key, value in obs.items() if key != "instruction"} for obs in observations])
-    observation = loaded.preprocess_observation(arrays)
+    observation = loaded.preprocess_observation(_stacked(observations))
     observation["task"] = [obs.get("instruction", "") for obs in observations]
     observation = loaded.env_preprocessor(observation)
     return loaded.preprocessor(observation)
@@ -309,12 +309,15 @@ def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:
 
 def _stacked(observations: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One episode's observation after another along a leading batch axis; a dict of images
-    (several cameras) keyed as it is."""
+    (several cameras) keyed as it is. Strings are left out (the instruction, openpi's ``prompt``):
+    LeRobot's env observations hold none, the task comes as ``task``, and its processing takes
+    every array it is given for a tensor."""
     return {
         key: _stacked([obs[key] for obs in observations])
         if isinstance(value, dict)
         else np.stack([np.asarray(obs[key]) for obs in observations])
         for key, value in observations[0].items()
+        if not isinstance(value, str)
     }
 
 

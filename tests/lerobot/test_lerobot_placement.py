@@ -12,8 +12,10 @@ without it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from action_digest_pusht import FACTORY
@@ -80,3 +82,37 @@ def test_beside_the_env_the_records_are_the_served_ones_bit_for_bit(
     assert outcomes["beside"] == outcomes["served"]
     assert outcomes["beside-n2"] == outcomes["served"]
     assert len({outcome[-1] for outcome in outcomes["served"].values()}) == len(SEEDS), "each seed's own actions"
+
+
+def test_a_checkpoint_served_over_openpi_answers_as_a_fresh_episode_over_our_protocol(
+    tmp_path: Path,
+    pusht_act_checkpoint: Path,  # noqa: F811
+) -> None:
+    """openpi's clients send the instruction as a string ``prompt`` beside the arrays, which LeRobot's
+    env processing (it takes every array for a tensor) must never be given; each openpi request is an
+    episode of its own, so its actions are a fresh episode's first over ``vlaeval serve``'s own protocol."""
+    from pytest_vlaeval.install.interpreters import interpreter_python
+    from pytest_vlaeval.policy import EpisodeInfo
+    from pytest_vlaeval.serving import ServerProcess, connect_policy, parse_remote_spec
+
+    obs = {"pixels": np.full((96, 96, 3), 128, np.uint8), "agent_pos": np.array([100.0, 200.0]), "instruction": "push"}
+    actions = {}
+    for protocol, scheme in (("openpi", "openpi://"), ("vlaeval", "ws://")):
+        server = ServerProcess(
+            f"lerobot:{pusht_act_checkpoint}",
+            tmp_path / f"{protocol}.log",
+            ["--protocol", protocol, "--env-type", "pusht", "--action-dim", "2"],
+            {**os.environ, "HF_HUB_OFFLINE": "1"},
+            python=interpreter_python("lerobot"),
+        )
+        server.start()
+        try:
+            policy = connect_policy(parse_remote_spec(server.url.replace("ws://", scheme, 1)), 2)
+            policy.reset(EpisodeInfo(task="openpi", seed=0, instruction="push", episode_index=0, max_steps=1))
+            actions[protocol] = [np.asarray(policy.act(obs)).tolist() for _ in range(2)]
+            policy.close()
+        finally:
+            server.stop()
+    assert actions["openpi"][0] == actions["openpi"][1], "each openpi request is a fresh episode"
+    assert actions["openpi"][0] == actions["vlaeval"][0], "the first step of an episode over our own protocol"
+    assert actions["vlaeval"][1] != actions["vlaeval"][0], "our own protocol's episode moves on"
