@@ -310,3 +310,31 @@ def test_a_served_run_of_real_episodes_under_a_timeout_can_be_run_again(tmp_path
         assert {r["outcome"] for r in records.values()} <= {"success", "failure"}, records
     assert read_json(directory / "summary.json")["n_completed"] == 1
     assert "ws://" not in (directory / "policy.json").read_text()
+
+
+@pytest.mark.parametrize("scheme, protocol", [("ws", "vlaeval"), ("openpi", "openpi"), ("vla-eval", "vla-eval")])
+def test_a_run_continues_on_its_server_restarted_on_another_port_under_its_identity(
+    fake: pytest.Pytester, scheme: str, protocol: str
+) -> None:
+    """``?identity=NAME`` says what a server serves: a run begun on one server goes on when it comes
+    back on another port, over every protocol (no record names the address)."""
+    from pytest_vlaeval.serving import ServerProcess
+
+    urls = []
+    for session in (["-k", "Alpha"], ["--vla-resume"]):  # the second runs what the first left out
+        server = ServerProcess("random", fake.path / f"server-{len(urls)}.log", ["--protocol", protocol])
+        server.start()
+        try:
+            urls.append(server.url.replace("ws://", f"{scheme}://", 1))
+            result = fake.runpytest_subprocess(
+                *FAKE, f"--policy={urls[-1]}?identity=mine", "--episodes=2", "--vla-run-name=kept", *session
+            )
+        finally:
+            server.stop()
+        assert result.ret in (0, 1), result.stdout.str() + result.stderr.str()
+        outcomes = result.parseoutcomes()
+        assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 2 and "errors" not in outcomes, outcomes
+    assert urls[0] != urls[1]
+    records = episode_records(run_dir(fake))
+    assert sorted(task for task, _ in records) == ["Alpha-v0", "Alpha-v0", "Beta-v0", "Beta-v0"]
+    assert not any(url.split("//")[1] in json.dumps(record) for record in records.values() for url in urls)

@@ -39,8 +39,7 @@ class VlaEvalPolicy(RemoteClient):
         # Chunks are as long as the server makes them; K only bounds what is executed.
         self.chunk_size = remote.chunk_size or 1
         self.name = str(self.server_info.get("model_server") or "vla-eval")
-        self.config = {
-            "server": remote.url,
+        self.config = {  # where it is served is no part of the policy's identity (``?identity=``)
             "protocol": "vla-eval",
             "chunk_size": remote.chunk_size,
             **{
