@@ -2,8 +2,8 @@
 client and its server handler. The URL parser, the client dispatch (``connect``), the server
 and ``vlaeval serve --protocol`` all derive from ``TRANSPORTS``.
 
-A transport is one client module and one handler module (``handle_connection(core, connection)``
-and ``LOAD_UNIT``, written against ``core.ServerCore``) plus one line here. Clients and
+A transport is one client module and one handler module (``handle_connection(core, connection)``,
+``LOAD_UNIT`` and ``ACCEPTS_WHILE_LOADING``, written against ``core.ServerCore``) plus one line here. Clients and
 handlers are named, not imported, so parsing an address loads no network code.
 """
 

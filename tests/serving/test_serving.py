@@ -1139,3 +1139,34 @@ def test_the_serve_command_binds_this_machine_only_unless_told(tmp_path: Path, m
     finally:
         process.terminate()
         assert process.wait(WAIT_S) == 0
+
+
+def test_an_openpi_client_connecting_while_the_policy_loads_is_greeted_once_it_is_loaded(start_server) -> None:
+    """openpi's own client connects once and waits for the metadata (it retries no refused
+    handshake): over openpi the server takes the connection while the policy loads."""
+    server = start_server("test_serving:slow_loading_policy", load=False, protocol="openpi")
+    with ThreadPoolExecutor(1) as pool:
+        connecting = pool.submit(WebsocketClientPolicy, "127.0.0.1", server.server.port)
+        time.sleep(0.5)
+        assert not connecting.done(), "greeted before the policy is loaded"
+        assert http_get(server.url) == (503, "loading the policy\n")
+        loading = asyncio.run_coroutine_threadsafe(server.server.load(), server.loop)
+        Recorder.release.set()
+        loading.result(WAIT_S)
+        policy = connecting.result(WAIT_S)
+    assert policy.get_server_metadata()["protocol"] == "openpi"
+    assert policy.infer({"proprio": np.zeros((1, 7), np.float32), "prompt": "ok"})["actions"].shape == (1, 7)
+
+
+def test_a_server_stopped_before_its_policy_loads_closes_the_openpi_connections_waiting_for_it(
+    start_server,
+) -> None:
+    server = start_server("test_serving:slow_loading_policy", load=False, protocol="openpi")
+    with ThreadPoolExecutor(1) as pool:
+        connecting = pool.submit(WebsocketClientPolicy, "127.0.0.1", server.server.port)
+        server.wait_for(lambda stats: stats["open_connections"] == 1)
+        began = time.monotonic()
+        server.call(server.server.stop())
+        assert time.monotonic() - began < 5, "the waiting connection held the server's stop"
+        with pytest.raises(ConnectionClosed):
+            connecting.result(WAIT_S)

@@ -22,6 +22,8 @@ log = logging.getLogger("pytest_vlaeval.serving")
 
 LOAD_UNIT = "episode"
 """Requests that can wait at once: one per open episode."""
+ACCEPTS_WHILE_LOADING = False
+"""Our clients retry a handshake refused with HTTP 503 while the policy loads."""
 
 
 async def handle_connection(server: ServerCore, connection: Connection) -> None:

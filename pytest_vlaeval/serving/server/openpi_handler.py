@@ -21,6 +21,9 @@ log = logging.getLogger("pytest_vlaeval.serving")
 
 LOAD_UNIT = "connection"
 """Requests that can wait at once: one per connection (its episode opens with the request)."""
+ACCEPTS_WHILE_LOADING = True
+"""openpi's own client connects once and waits for the metadata: a handshake refused while the
+policy loads would fail it, so the connection is taken and greeted once the policy is loaded."""
 
 
 async def handle_connection(server: ServerCore, connection: Connection) -> None:

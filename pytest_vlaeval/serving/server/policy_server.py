@@ -82,6 +82,8 @@ class PolicyServer:
         """Every socket from accept until it is closed, handshakes in progress included."""
         self._one_step: set[str] = set()
         """The open one-step episodes (``serve_one_step``), by id: their batch opens and closes them."""
+        self._loaded = asyncio.Event()
+        """Set once ``load`` has built the policy: connections taken while it loads wait for it."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -129,6 +131,7 @@ class PolicyServer:
             # Its rows are computed one at a time whatever the batch: waiting for batch mates only delays them.
             self.batcher.max_wait_s = 0.0
         self.engine = engine
+        self._loaded.set()
         log.info(
             "policy %s loaded: chunk size %d, %s; max batch %d, max wait %g ms, max episodes %d",
             engine.model["name"],
@@ -216,7 +219,7 @@ class PolicyServer:
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = "application/json"
             return response
-        if self.engine is None:
+        if self.engine is None and not self._protocol.ACCEPTS_WHILE_LOADING:
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "the policy is still loading\n")
         return None
 
@@ -242,7 +245,8 @@ class PolicyServer:
         connection = Connection(ws, shared=self.shared_memory)
         self._connections += 1
         try:
-            await self._protocol.handle_connection(self, connection)
+            if await self._loaded_before_closing(ws):
+                await self._protocol.handle_connection(self, connection)
         except ConnectionClosed as exc:
             if exc.rcvd is None or exc.rcvd.code != 1000:
                 log.warning("connection from %s closed: %s", ws.remote_address, exc)
@@ -253,6 +257,16 @@ class PolicyServer:
             for entry in list(connection.episodes.values()):
                 self.table.close(entry, "its connection closed")
             connection.detach_segment()
+
+    async def _loaded_before_closing(self, ws: ServerConnection) -> bool:
+        """Whether the policy is loaded, waiting for it while the connection stays open (one taken
+        while it loads, ``ACCEPTS_WHILE_LOADING``): a server that stops before it loads closes it."""
+        if not self._loaded.is_set():
+            waits = {asyncio.ensure_future(self._loaded.wait()), asyncio.ensure_future(ws.wait_closed())}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+        return self._loaded.is_set()
 
     async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
         """Admit an episode and reset its state in the policy (on the policy thread)."""

@@ -38,6 +38,8 @@ log = logging.getLogger("pytest_vlaeval.serving")
 
 LOAD_UNIT = "episode"
 """Requests that can wait at once: one per open episode (a connection holds at most one)."""
+ACCEPTS_WHILE_LOADING = False
+"""vla-eval's clients retry a handshake refused with HTTP 503 while the policy loads."""
 NO_STEP_LIMIT = 2**31 - 1
 """``max_steps`` of an episode whose harness sends no step limit (vla-eval's harness keeps its own)."""
 _TASK_FIELDS = {name: kind for name, kind in protocol.REQUEST_FIELDS["open"].items() if name != "episode"}
