@@ -35,7 +35,7 @@ import hashlib
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +81,8 @@ class _Loaded:
     inference draws nothing."""
     chunks: Any
     """``chunks.Chunks`` of the policy's type, or None where batched inference does not serve it."""
+    split_checked: set[int] = field(default_factory=set)
+    """The batch sizes whose split of the processors' output was checked (``_split_batch``)."""
 
 
 @cache
@@ -262,6 +264,8 @@ def _policy_inputs(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> l
     is split into its rows. Every step works element by element (images to [0, 1], normalisation), so
     a row is what its own call would give. Rows of another layout (a served batch's other clients:
     other keys, shapes or dtypes, which stacking would drop or convert) are stacked apart."""
+    if len(observations) == 1:  # an episode alone, every step of the exact path: nothing to group
+        return _split_batch(loaded, observations)
     rows: list[dict[str, Any]] = [{}] * len(observations)
     by_layout: dict[tuple[Any, ...], list[int]] = {}
     for index, obs in enumerate(observations):
@@ -277,8 +281,7 @@ def _layout(obs: dict[str, Any]) -> tuple[Any, ...]:
     array's shape and dtype."""
     return tuple(
         (key, _layout(value) if isinstance(value, dict) else (np.shape(value), np.asarray(value).dtype.str))
-        for key, value in sorted(obs.items())
-        if not isinstance(value, str)
+        for key, value in sorted(_stackable(obs))
     )
 
 
@@ -287,16 +290,10 @@ def _split_batch(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> lis
     size checks that the processors' output splits so (``_check_split``)."""
     batch = _processed(loaded, observations)
     rows = [_row(batch, row, len(observations)) for row in range(len(observations))]
-    checked = (id(loaded), len(observations))
-    if len(observations) > 1 and checked not in _SPLIT_CHECKED:
+    if len(observations) > 1 and len(observations) not in loaded.split_checked:
         _check_split(_processed(loaded, observations[:1]), rows[0])
-        _SPLIT_CHECKED.add(checked)
+        loaded.split_checked.add(len(observations))
     return rows
-
-
-_SPLIT_CHECKED: set[tuple[int, int]] = set()
-"""(loaded checkpoint, batch size) pairs whose split was checked: ``_row`` splits by the batch's size,
-so each size is checked once (``_load`` keeps each checkpoint for the process's life)."""
 
 
 def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:
@@ -315,10 +312,19 @@ def _stacked(observations: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         key: _stacked([obs[key] for obs in observations])
         if isinstance(value, dict)
-        else np.stack([np.asarray(obs[key]) for obs in observations])
-        for key, value in observations[0].items()
-        if not isinstance(value, str)
+        else _leading_axis([obs[key] for obs in observations])
+        for key, value in _stackable(observations[0])
     }
+
+
+def _leading_axis(values: Sequence[Any]) -> np.ndarray:
+    """The values stacked along a new leading axis; one value is viewed so, not copied."""
+    return np.asarray(values[0])[None] if len(values) == 1 else np.stack([np.asarray(value) for value in values])
+
+
+def _stackable(obs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The items of an observation that are stacked: all but its strings."""
+    return [(key, value) for key, value in obs.items() if not isinstance(value, str)]
 
 
 def _row(batch: Any, row: int, rows: int) -> Any:

@@ -14,6 +14,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -363,34 +365,36 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def scaling_checkpoint(torch: Any, extra: dict[str, Any] | None = None) -> SimpleNamespace:
+    """What ``_policy_inputs`` reads of a loaded checkpoint, with element-wise processors (uint8
+    images to [0, 1]) whose output gains ``extra``."""
+    return SimpleNamespace(
+        preprocess_observation=lambda arrays: {
+            key: torch.from_numpy(value) / 255 if value.dtype == np.uint8 else torch.from_numpy(value)
+            for key, value in arrays.items()
+        },
+        env_preprocessor=lambda observation: observation,
+        preprocessor=lambda observation: {**observation, **(extra or {})},
+        split_checked=set(),
+    )
+
+
 def test_a_processed_value_that_does_not_split_by_episode_fails_batched_inference() -> None:
     """Batched inference runs LeRobot's processors once on a call's episodes stacked and splits the
     output by its leading size; a value of another layout that has that size by chance is caught, at
     whatever size the batch has when it does (a lockstep block shrinks as its episodes end)."""
     torch = pytest.importorskip("torch")
-    from types import SimpleNamespace
-
     from pytest_vlaeval.errors import PolicyError
     from pytest_vlaeval.lerobot.policy import _policy_inputs
 
-    def loaded(extra: dict) -> SimpleNamespace:
-        return SimpleNamespace(
-            preprocess_observation=lambda arrays: {
-                key: torch.from_numpy(value) / 255 if value.dtype == np.uint8 else torch.from_numpy(value)
-                for key, value in arrays.items()
-            },
-            env_preprocessor=lambda observation: observation,
-            preprocessor=lambda observation: {**observation, **extra},
-        )
-
     observations = [{"pixels": np.full((2, 2), row, np.uint8), "instruction": f"task {row}"} for row in range(4)]
-    element_wise = loaded({})
+    element_wise = scaling_checkpoint(torch)
     rows = _policy_inputs(element_wise, observations)
     for row, obs in enumerate(observations):
         alone = _policy_inputs(element_wise, [obs])[0]
         assert torch.equal(rows[row]["pixels"], alone["pixels"])
         assert rows[row]["task"] == alone["task"] == [f"task {row}"]
-    constant = loaded({"observation.bias": torch.zeros(3, 4)})
+    constant = scaling_checkpoint(torch, {"observation.bias": torch.zeros(3, 4)})
     assert len(_policy_inputs(constant, observations)) == 4  # size 3, not the batch's 4: passed whole
     with pytest.raises(
         PolicyError, match=r"'observation\.bias' a layout that does not split by episode \(\(3, 4\) for one"
@@ -402,18 +406,9 @@ def test_rows_of_other_layouts_are_processed_as_their_own_calls() -> None:
     """A served batch may hold several clients' observations: other keys or dtypes are never dropped
     or converted by stacking them with the first row's."""
     torch = pytest.importorskip("torch")
-    from types import SimpleNamespace
-
     from pytest_vlaeval.lerobot.policy import _policy_inputs
 
-    scaled = SimpleNamespace(
-        preprocess_observation=lambda arrays: {
-            key: torch.from_numpy(value) / 255 if value.dtype == np.uint8 else torch.from_numpy(value)
-            for key, value in arrays.items()
-        },
-        env_preprocessor=lambda observation: observation,
-        preprocessor=lambda observation: observation,
-    )
+    scaled = scaling_checkpoint(torch)
     observations = [
         {"pixels": np.full((2, 2), 255, np.uint8)},
         {"pixels": np.full((2, 2), 0.5, np.float32)},  # stacked with the first, it would become 255 * 0.5
