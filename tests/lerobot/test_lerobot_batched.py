@@ -95,9 +95,12 @@ def processed_rows_differ(path):
     # a call's observations pass the processors stacked: each row as its own call gives it, bit for bit
     loaded = _load(path, "pusht")
     views = [obs(seed, step) for seed in SEEDS for step in range(0, STEPS, 5)]
+    for view in views[::3]:  # another client's layout in the same call: float32 state, openpi's prompt beside it
+        view["agent_pos"], view["prompt"] = view["agent_pos"].astype(np.float32), "push the T"
     together = _policy_inputs(loaded, views)
     alone = [_policy_inputs(loaded, [view])[0] for view in views]
     differ = sum(not torch.equal(a[key], t[key]) for a, t in zip(alone, together) for key in a if torch.is_tensor(a[key]))
+    differ += sum(a.keys() != t.keys() for a, t in zip(alone, together))
     actions = torch.linspace(-3, 3, 2 * len(views)).reshape(len(views), 2)
     rows = np.concatenate([_env_action(loaded, actions[i : i + 1]) for i in range(len(views))])
     return differ + int(not np.array_equal(_env_action(loaded, actions), rows))
