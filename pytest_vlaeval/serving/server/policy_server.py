@@ -270,7 +270,7 @@ class PolicyServer:
 
     async def open_episode(self, connection: Connection, episode_id: str, info: EpisodeInfo) -> OpenEpisode:
         """Admit an episode and reset its state in the policy (on the policy thread)."""
-        assert self.engine is not None  # connections are refused until the policy is loaded
+        assert self.engine is not None  # no connection is served before the policy is loaded
         engine = self.engine
         return await self.table.admit(connection, episode_id, info, lambda e: self._in_policy_thread(engine.open, e))
 
