@@ -206,3 +206,17 @@ class ThreadsSeen(EpisodeMemory):
         import torch
 
         self.config = {"omp": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads()}
+
+
+class CollectorSeen(Zero):
+    """Zero actions; its first step writes ``collector-<pid>.json``: whether the collector walks it
+    (``gc.get_objects``), and whether the collector is on."""
+
+    def act(self, obs) -> np.ndarray:
+        seen = Path(f"collector-{os.getpid()}.json")
+        if not seen.exists():
+            import gc
+
+            walked = any(o is self for o in gc.get_objects())
+            seen.write_text(json.dumps({"walked": walked, "enabled": gc.isenabled()}))
+        return super().act(obs)

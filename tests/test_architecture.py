@@ -123,6 +123,7 @@ LAYERS = (
         "schema",
         "strict_json",
         "bounded_run",
+        "long_lived",
     ),
     ("benchmark",),
     ("policy",),

@@ -8,7 +8,6 @@ and ManiSkill.
 from __future__ import annotations
 
 import functools
-import gc
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from pytest_vlaeval.benchmark.model import Benchmark, Task
 from pytest_vlaeval.envs import render, vulkan
 from pytest_vlaeval.envs.adapter import Adapter, ExtraValue, Step
 from pytest_vlaeval.errors import AssetMissing, EnvError, env_call
+from pytest_vlaeval.long_lived import freeze_survivors
 
 
 class MikasaEnv(Adapter):
@@ -177,11 +177,9 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str, num_envs: in
 def _keep_imports_out_of_the_collector() -> None:
     """ManiSkill calls ``gc.collect()`` at every reconfigure reset, so at every episode here, and
     walking the objects torch, SAPIEN and ManiSkill create at import took about 0.2 s of each
-    (some 5 % of a short episode on a CPU). Those objects live as long as the process: move them,
-    once, to the collector's permanent generation (``gc.freeze``), after one collection so that no
-    garbage is frozen with them. Nothing simulated changes."""
-    gc.collect()
-    gc.freeze()
+    (some 5 % of a short episode on a CPU): once, before the first env, they leave the collector
+    (``long_lived``). Nothing simulated changes."""
+    freeze_survivors()
 
 
 def _never_prompt_for_downloads() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pytest_vlaeval.benchmark.model import Benchmark, Selection, Task
@@ -20,6 +21,7 @@ from pytest_vlaeval.envs.adapter import EnvAdapter, EnvFactory, checked_adapter
 from pytest_vlaeval.episodes.lockstep import RowEnvs
 from pytest_vlaeval.errors import AssetMissing, EnvCloseWarning, EnvError, EpisodeTimeout, PolicyError
 from pytest_vlaeval.importing import load_reference, split_reference
+from pytest_vlaeval.long_lived import built_for_life
 from pytest_vlaeval.policy.batched import PolicyEngine
 from pytest_vlaeval.policy.contract import Policy
 from pytest_vlaeval.policy.loading import build_policy
@@ -33,10 +35,13 @@ EnvBuilder = Callable[[Task], "EnvAdapter | RowEnvs"]
 
 class BuiltOnce(Generic[Built]):
     """A value built at first use, or the ``PolicyError`` its build raised, raised again at every
-    later use (a policy that cannot be built fails each of the worker's episodes at once, alike)."""
+    later use (a policy that cannot be built fails each of the worker's episodes at once, alike).
+    ``for_life``: the value, and what its build imported, live as long as the process
+    (``long_lived``)."""
 
-    def __init__(self, build: Callable[[], Built]) -> None:
+    def __init__(self, build: Callable[[], Built], *, for_life: bool) -> None:
         self._build = build
+        self._for_life = for_life
         self._value: Built | None = None
         self._error: PolicyError | None = None
 
@@ -45,7 +50,8 @@ class BuiltOnce(Generic[Built]):
             raise self._error
         if self._value is None:
             try:
-                self._value = self._build()
+                with built_for_life() if self._for_life else nullcontext():
+                    self._value = self._build()
             except PolicyError as exc:
                 self._error = exc
                 raise
@@ -67,8 +73,10 @@ class Worker:
         def new_policy() -> Policy:
             return build_policy(policy, benchmark.env.action_dim, benchmark.name)
 
-        self._policy = BuiltOnce(new_policy)
-        self._engine = BuiltOnce(lambda: PolicyEngine(policy, benchmark.env.action_dim, new_policy))
+        self._policy = BuiltOnce(new_policy, for_life=self.own_process)
+        self._engine = BuiltOnce(
+            lambda: PolicyEngine(policy, benchmark.env.action_dim, new_policy), for_life=self.own_process
+        )
         self._env: EnvAdapter | RowEnvs | None = None
         self._env_task: str | None = None
         self._env_error: EnvError | None = None
@@ -78,9 +86,15 @@ class Worker:
         return self.selection.benchmark
 
     @property
+    def own_process(self) -> bool:
+        """An xdist worker: a process the session starts and ends, not the caller's (a serial run, or
+        ``evaluate()`` in a training loop, whose objects must stay the caller's to free)."""
+        return self.name != "main"
+
+    @property
     def hard_deadline(self) -> bool:
         """Under xdist a stuck worker can be replaced, so the watchdog may end the process."""
-        return self.name != "main"
+        return self.own_process
 
     def policy(self) -> Policy:
         """The policy, built under the episode's limit the first time (a factory may hang)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_vlaeval.errors import PolicyError, SpecError
 from pytest_vlaeval.lerobot.checkpoint import LeRobotCheckpoint
+from pytest_vlaeval.long_lived import built_for_life
 from pytest_vlaeval.policy.builtins import BUILTIN_POLICIES
 from pytest_vlaeval.policy.loading import parse_local_policy
 from pytest_vlaeval.policy.sources import BENCHMARK_ENV_OPTION, PolicySource, register_policy_source, source_prefixes
@@ -122,7 +123,7 @@ async def _serve(spec: PolicySource, config: ServerConfig, stop_on_stdin_eof: bo
         log.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
         return 1
     print(server.url, flush=True)
-    loading = asyncio.create_task(server.load())
+    loading = asyncio.create_task(_load_for_life(server))
     stopping = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -137,6 +138,13 @@ async def _serve(spec: PolicySource, config: ServerConfig, stop_on_stdin_eof: bo
         stopping.cancel()
         await server.stop()
     return 0
+
+
+async def _load_for_life(server: PolicyServer) -> None:
+    """The policy lives as long as this process, which is the server's own (``long_lived``); a
+    server in a thread of the caller's process (``ServerThread``) leaves the caller's collector alone."""
+    with built_for_life():
+        await server.load()
 
 
 def _wait_for_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
