@@ -43,6 +43,36 @@ def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:
     assert {r["render_backend"] for r in runs["serial"].values()} == {"pygame"}
 
 
+def test_frames_read_in_one_copy_equal_gym_pushts_own() -> None:
+    """Our env reads its screen in one copy (``pusht._read_frames_in_one_copy``): over two seeds of
+    random pushes, every observation and ``render()`` frame equals gym-pusht's own env's."""
+    import gymnasium as gym
+    import numpy as np
+
+    from pytest_vlaeval.envs.pusht import ENV_ID, make_env
+
+    benchmark = load_benchmark(ROOT / "benchmarks" / "pusht.yaml")
+    task = benchmark.task("PushT-v0")
+    ours = make_env(task, benchmark, "auto")
+    theirs = gym.make(ENV_ID, obs_type=benchmark.env.options["obs_type"], render_mode="rgb_array")
+    assert "_get_img" in vars(ours.env.unwrapped) and "_get_img" not in vars(theirs.unwrapped)
+    rng = np.random.default_rng(0)
+    try:
+        for seed in (1000, 1001):
+            obs, _ = ours.reset(seed=seed, options={})
+            expected, _ = theirs.reset(seed=seed)
+            for _ in range(60):
+                assert obs["pixels"].dtype == expected["pixels"].dtype
+                assert np.array_equal(obs["pixels"], expected["pixels"]) and obs["pixels"].flags.writeable
+                action = rng.uniform(0, 512, 2)
+                obs = ours.step(action)[0]
+                expected = theirs.step(action.astype(np.float32))[0]
+            assert np.array_equal(ours.env.render(), theirs.render())
+    finally:
+        ours.close()
+        theirs.close()
+
+
 PARITY_SEEDS = [1000, 1001, 1002, 1003, 1004]
 SOLVED_SEED = 1015
 """The scripted pusher's quickest success among seeds 1000-1049 (64 steps)."""
