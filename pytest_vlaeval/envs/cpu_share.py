@@ -10,7 +10,8 @@ one); a serial session keeps the libraries' defaults, and a variable the user se
 A worker that runs a torch policy beside the env (``distribute.policy_placement``) leaves torch's
 own pool at its default, the one ``lerobot-eval`` and a policy server run with: a convolution on
 the CPU rounds differently on another number of threads, so the share would make an episode's
-actions depend on ``-n``. Its OpenMP threads sleep when idle (``OMP_WAIT_POLICY=PASSIVE``)
+actions depend on ``-n``; the policy takes its share itself where that keeps its actions
+(``lerobot.threads``). Its OpenMP threads sleep when idle (``OMP_WAIT_POLICY=PASSIVE``)
 instead of spinning against the other workers'; measured on two cores, two workers of two threads
 each then spent at most 7% more CPU than of one, where spinning took four times as much.
 """

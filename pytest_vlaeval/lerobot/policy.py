@@ -44,6 +44,7 @@ import numpy as np
 
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.lerobot.processor_files import check_processor_files
+from pytest_vlaeval.lerobot.threads import ThreadPlan, first_pass, worker_share
 from pytest_vlaeval.policy.contract import EpisodeInfo
 
 if TYPE_CHECKING:
@@ -55,6 +56,14 @@ BATCHED_TYPES = ("act", "diffusion")
 DRAW_NOTHING = ("act",)
 """Policy types whose inference draws nothing from torch's generators (ACT's VAE runs in training
 only): their episodes skip replaying the build's draws."""
+
+
+@dataclass
+class Threads:
+    """Whether the process's first forward pass has decided torch's thread count, and its plan."""
+
+    decided: bool = False
+    plan: ThreadPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,8 @@ class _Loaded:
     """``chunks.Chunks`` of the policy's type, or None where batched inference does not serve it."""
     split_checked: set[int] = field(default_factory=set)
     """The batch sizes whose split of the processors' output was checked (``_split_batch``)."""
+    threads: Threads = field(default_factory=Threads)
+    """The torch threads an episode's forward passes run on (``threads``), decided at the first."""
 
 
 @cache
@@ -181,6 +192,9 @@ class LeRobotPolicy:
         self._loaded = loaded
         self._policy = _episode_copy(loaded.policy)
         self._generators: Any = None
+        self._at_start = False
+        """No step of the episode yet: its copy is as a fresh one."""
+        self._pinned: ThreadPlan | None = None
         self.name = f"lerobot:{Path(path).name}"
         self.config = {
             "type": loaded.policy.config.type,
@@ -194,14 +208,32 @@ class LeRobotPolicy:
     def reset(self, episode: EpisodeInfo) -> None:
         self._policy.reset()
         self._generators = _generators(self._loaded, episode.seed)
+        self._at_start = True
 
     def act(self, obs: dict[str, Any]) -> np.ndarray:
         loaded = self._loaded
         with _inference(loaded):
             observation = _policy_inputs(loaded, [obs])[0]
             with self._generators.installed() if self._generators else nullcontext():
-                action = self._policy.select_action(observation)
+                action = self._select(observation)
+            self._at_start = False
             return _env_action(loaded, action)
+
+    def _select(self, observation: dict[str, Any]) -> Any:
+        """``select_action`` on the process's torch threads: the first forward pass of the process
+        decides them (``threads.first_pass``), where a worker on the CPU has fewer cores than torch's
+        default count; this episode's copy gets the plan's pins before its first pass on them."""
+        loaded, threads = self._loaded, self._loaded.threads
+        if not threads.decided and self._at_start:
+            threads.decided = True
+            share = worker_share() if loaded.device == "cpu" else None
+            if share is not None:
+                action, threads.plan = first_pass(self._policy, _episode_copy(loaded.policy), observation, share)
+                return action  # on the default count: the pins go on this copy at its next pass
+        if threads.plan is not None and self._pinned is not threads.plan:
+            threads.plan.pin(self._policy)
+            self._pinned = threads.plan
+        return self._policy.select_action(observation)
 
 
 class LeRobotBatchedPolicy(LeRobotPolicy):

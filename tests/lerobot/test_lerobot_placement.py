@@ -1,6 +1,7 @@
 """A LeRobot checkpoint beside the env (the workers in LeRobot's interpreter, each its own copy) gives
-the records the served path gives, bit for bit: the same functions in the same interpreter, on
-torch's own thread count either way.
+the records the served path gives, bit for bit: the same functions in the same interpreter, the
+same arithmetic (under ``-n 2`` a worker's torch runs on its share of the cores, the modules that
+round differently there on the server's count: ``lerobot.threads``).
 
 The same random-init ACT (``lerobot_checkpoints``) on the same Push-T seeds, capped at STEPS steps,
 in three real sessions: served from one process (``--vla-policy-placement=served``), beside the env

@@ -1,0 +1,93 @@
+"""A worker beside the env runs torch on its share of the cores (``lerobot.threads``) and its actions
+stay those of torch's default thread count, bit for bit: the modules that round differently on the
+share run on the default count.
+
+The random-init ACT and Diffusion checkpoints of ``lerobot_checkpoints``, three episodes of 21 steps
+on observations that differ at every step (ACT predicts chunks at steps 0 and 20, Diffusion at 0, 8
+and 16), each in a process of LeRobot's interpreter: as a serial session's (torch's default count),
+as one of N workers on N cores (a share of one thread), and, for Diffusion, as such a worker told to
+pin nothing, which shows that the count moves its actions on this machine. These need ``vlaeval
+install lerobot``; they fail, never skip, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lerobot_reference import lerobot_python, pusht_act_checkpoint, pusht_diffusion_checkpoint  # noqa: F401
+
+pytestmark = pytest.mark.lerobot
+
+ACTIONS = """
+import json, sys
+import numpy as np
+import torch
+from pytest_vlaeval.lerobot.policy import LeRobotPolicy, _load
+from pytest_vlaeval.lerobot.threads import ThreadPlan
+from pytest_vlaeval.policy.contract import EpisodeInfo
+
+path, unpinned = sys.argv[1], sys.argv[2] == "unpinned"
+default = torch.get_num_threads()
+loaded = _load(path, "pusht")
+if unpinned:  # the share, and nothing on the default count
+    loaded.threads.decided, loaded.threads.plan = True, ThreadPlan(1, default, ())
+    torch.set_num_threads(1)
+policy = LeRobotPolicy(path, "pusht")
+actions = []
+for seed in (1202, 1203, 1204):
+    policy.reset(EpisodeInfo("PushT-v0", seed, "", 0, 300))
+    views = [{"pixels": np.full((96, 96, 3), (seed * 7 + step * 37) % 256, np.uint8),
+              "agent_pos": np.array([100.0 + step, 300.0 - seed % 50]), "instruction": ""} for step in range(21)]
+    actions.append([policy.act(view).tolist() for view in views])
+plan = loaded.threads.plan
+print(json.dumps({"actions": actions, "default": default, "threads": torch.get_num_threads(),
+                  "plan": plan and {"share": plan.share, "pinned": list(plan.pinned)}}))
+"""
+
+
+def run(checkpoint: Path, workers: int, unpinned: bool = False) -> dict:
+    """The script in LeRobot's interpreter as one of ``workers`` xdist workers (1: a serial session)."""
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "OMP_NUM_THREADS") and not key.startswith("PYTEST_XDIST_")
+    }
+    if workers > 1:
+        environ["PYTEST_XDIST_WORKER_COUNT"] = str(workers)
+    proc = subprocess.run(
+        [str(lerobot_python()), "-c", ACTIONS, str(checkpoint), "unpinned" if unpinned else "planned"],
+        env={**environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_worker_on_its_share_of_the_cores_acts_as_on_torchs_default_count(
+    pusht_act_checkpoint: Path,  # noqa: F811
+    pusht_diffusion_checkpoint: Path,  # noqa: F811
+) -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert cores >= 2, "one core: a worker's share is torch's default count, nothing to check"
+    checkpoints = {"act": pusht_act_checkpoint, "diffusion": pusht_diffusion_checkpoint}
+    runs = [(name, workers, False) for name in checkpoints for workers in (1, cores)] + [("diffusion", cores, True)]
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(zip(runs, pool.map(lambda r: run(checkpoints[r[0]], r[1], r[2]), runs), strict=True))
+    for name in checkpoints:
+        serial, worker = results[(name, 1, False)], results[(name, cores, False)]
+        assert serial["plan"] is None and serial["threads"] == serial["default"] == cores, name
+        assert worker["plan"] is not None and worker["plan"]["share"] == 1 and worker["threads"] == 1, (name, worker)
+        assert np.array_equal(np.array(worker["actions"]), np.array(serial["actions"])), f"{name}: bit for bit"
+    unpinned = results[("diffusion", cores, True)]
+    assert not np.array_equal(np.array(unpinned["actions"]), np.array(results[("diffusion", 1, False)]["actions"])), (
+        "one thread with nothing pinned gives Diffusion's default-count actions: the pins are not shown to matter"
+    )
+    assert results[("diffusion", cores, False)]["plan"]["pinned"], "Diffusion's pinned modules"
