@@ -63,6 +63,8 @@ def first_pass(policy: Any, fresh: Any, observation: Any, share: int) -> tuple[A
     generator = torch.get_rng_state()
     with _recorded(policy) as calls:
         action = policy.select_action(observation)
+    if not calls:  # no module ran: nothing shows what a share would compute
+        return action, None
     pinned = {name for name, module, args, kwargs, output in calls if _differs(module, args, kwargs, output, share)}
     plan = ThreadPlan(share, default, tuple(sorted(pinned)))
     plan.pin(fresh)
