@@ -25,12 +25,12 @@ def freeze_survivors() -> None:
 def built_for_life() -> Iterator[None]:
     """What is built inside lives as long as the process: no collection while it is built (its
     imports would trigger several, each walking everything imported so far), one after it, then
-    none that walks it again."""
+    none that walks it again. A build that raises freezes nothing (what it left is garbage)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
-    finally:
         freeze_survivors()
+    finally:
         if enabled:
             gc.enable()

@@ -124,6 +124,7 @@ LAYERS = (
         "strict_json",
         "bounded_run",
         "long_lived",
+        "cores",
     ),
     ("benchmark",),
     ("policy",),

@@ -61,6 +61,16 @@ def test_what_is_built_is_frozen_its_garbage_freed_and_the_collector_as_it_was(u
     assert gc.get_freeze_count() > 0
 
 
+def test_a_build_that_raises_freezes_nothing(unfrozen: None) -> None:
+    before = gc.get_freeze_count()
+    with pytest.raises(RuntimeError), built_for_life():
+        left = _cycle()
+        raise RuntimeError("the factory failed")
+    assert gc.isenabled() and gc.get_freeze_count() == before
+    gc.collect()
+    assert left() is None, "what a failed build left is collected"
+
+
 @pytest.mark.parametrize(
     ("args", "walked"),
     [

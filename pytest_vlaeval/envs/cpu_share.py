@@ -21,22 +21,16 @@ from __future__ import annotations
 import os
 import sys
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-TORCH_POOL = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-"""What torch sizes its intra-op pool by, when it is imported."""
+from pytest_vlaeval.cores import TORCH_POOL, worker_count, worker_threads
+
+THREAD_VARIABLES = (*TORCH_POOL, "OPENBLAS_NUM_THREADS")
 IDLE_THREADS = ("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def worker_threads() -> int:
-    """This process's share of its cores among the session's xdist workers (all of them when serial)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    return max(1, len(os.sched_getaffinity(0)) // max(1, workers))
 
 
 def share_cpu_threads(policy_beside: bool = False) -> None:
     """In an xdist worker, size the math libraries' thread pools to the worker's share of the cores;
     with ``policy_beside`` (a torch policy runs in this worker), all but torch's."""
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
+    if worker_count() <= 1:
         return
     user_set = "OMP_NUM_THREADS" in os.environ
     share = worker_threads()

@@ -178,7 +178,8 @@ def _keep_imports_out_of_the_collector() -> None:
     """ManiSkill calls ``gc.collect()`` at every reconfigure reset, so at every episode here, and
     walking the objects torch, SAPIEN and ManiSkill create at import took about 0.2 s of each
     (some 5 % of a short episode on a CPU): once, before the first env, they leave the collector
-    (``long_lived``). Nothing simulated changes."""
+    (``long_lived``), in the process that builds it: a worker, or a serial session's own (``evaluate()``
+    runs its session in a child process). Nothing simulated changes."""
     freeze_survivors()
 
 

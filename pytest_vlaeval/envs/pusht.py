@@ -52,8 +52,9 @@ def make_env(task: Task, benchmark: Benchmark, render_request: str) -> PushTEnv:
     return PushTEnv(env, task.instruction)
 
 
-FRAME_GRAB = ["self", "screen", "width", "height", "render_action"]
-"""The signature of gym-pusht's ``PushTEnv._get_img`` that ``_read_frames_in_one_copy`` stands in for."""
+GET_IMG_SOURCE = "1aa745c46efc5cd7"
+"""The sha256 (first 16 digits) of the source of gym-pusht 0.1.8's ``PushTEnv._get_img``, which
+``_read_frames_in_one_copy`` was checked against: another source keeps gym-pusht's own."""
 
 
 def _read_frames_in_one_copy(pusht: Any) -> None:
@@ -63,14 +64,18 @@ def _read_frames_in_one_copy(pusht: Any) -> None:
     and the resize is the same call on equal pixels: every frame is equal byte for byte, as the
     parity tests check against LeRobot's own rollouts. On this env only (not gym-pusht's class), for
     the observation's frame only (``render()``'s, with the action marked, is gym-pusht's), and only
-    where ``_get_img`` has the signature this was checked against."""
+    where ``_get_img`` is the code this was checked against."""
+    import hashlib
     import inspect
 
     import cv2
     import pygame
 
-    own = getattr(type(pusht), "_get_img", None)
-    if own is None or list(inspect.signature(own).parameters) != FRAME_GRAB:
+    try:
+        source = inspect.getsource(type(pusht)._get_img)
+    except (AttributeError, OSError, TypeError):
+        return
+    if hashlib.sha256(source.encode()).hexdigest()[:16] != GET_IMG_SOURCE:
         return
     grab = pusht._get_img
 

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_vlaeval.envs.cpu_share import worker_threads
+from pytest_vlaeval.cores import worker_threads
 from pytest_vlaeval.envs.render import resolve_backend, set_cache_env
 
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")

@@ -44,7 +44,7 @@ import numpy as np
 
 from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.lerobot.processor_files import check_processor_files
-from pytest_vlaeval.lerobot.threads import ThreadPlan, first_pass, worker_share
+from pytest_vlaeval.lerobot.threads import ThreadPlan, Threads, first_pass, worker_share
 from pytest_vlaeval.policy.contract import EpisodeInfo
 
 if TYPE_CHECKING:
@@ -56,14 +56,6 @@ BATCHED_TYPES = ("act", "diffusion")
 DRAW_NOTHING = ("act",)
 """Policy types whose inference draws nothing from torch's generators (ACT's VAE runs in training
 only): their episodes skip replaying the build's draws."""
-
-
-@dataclass
-class Threads:
-    """Whether the process's first forward pass has decided torch's thread count, and its plan."""
-
-    decided: bool = False
-    plan: ThreadPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -226,14 +218,21 @@ class LeRobotPolicy:
         loaded, threads = self._loaded, self._loaded.threads
         if not threads.decided and self._at_start:
             threads.decided = True
-            share = worker_share() if loaded.device == "cpu" else None
+            share = worker_share(loaded.policy.config.type) if loaded.device == "cpu" else None
             if share is not None:
-                action, threads.plan = first_pass(self._policy, _episode_copy(loaded.policy), observation, share)
+                action, plan = first_pass(self._policy, _episode_copy(loaded.policy), observation, share)
+                if plan is not None:
+                    threads.plan = plan  # before the share: a pass between the two runs on the default count
+                    loaded.torch.set_num_threads(plan.share)
                 return action  # on the default count: the pins go on this copy at its next pass
-        if threads.plan is not None and self._pinned is not threads.plan:
-            threads.plan.pin(self._policy)
-            self._pinned = threads.plan
-        return self._policy.select_action(observation)
+        plan = threads.plan
+        if plan is None:
+            return self._policy.select_action(observation)
+        if self._pinned is not plan:
+            plan.pin(self._policy)
+            self._pinned = plan
+        with plan.running(observation):
+            return self._policy.select_action(observation)
 
 
 class LeRobotBatchedPolicy(LeRobotPolicy):

@@ -2,16 +2,22 @@
 
 Beside the env under ``-n N``, a worker's forward passes would run on torch's default thread count
 (one per core), the count ``lerobot-eval`` runs with: a few kernels round differently on another
-count (the spatial softmax's 1x1 convolution of a Diffusion checkpoint, a few of an ACT checkpoint's
-ResNet convolutions: up to 1e-6 on one thread), so the count is part of what an episode's actions
-are. N workers, each with a thread per core, then take turns on the cores. Instead, each worker finds
-at its first forward pass which modules round differently on its share of the cores: that pass runs
-on the default count, as always, with every leaf module's inputs and outputs recorded; each leaf is
-recomputed on the share, and those whose output differs are pinned to the default count. The same
-pass then runs again from the same generator state on the share, with those pinned; only if every
-leaf's output and the action equal the default's bit for bit does the worker keep the share (else
-the default count, as before). A kernel picks its order of summation by shapes and the thread count,
-not by values: one pass with equal outputs throughout is the same arithmetic from then on.
+count (here, on two cores: the spatial softmax's 1x1 convolution of a Diffusion checkpoint, seven of
+an ACT checkpoint's ResNet convolutions, up to 1e-6 on one thread), so the count is part of what an
+episode's actions are. N workers, each with a thread per core, then take turns on the cores.
+Instead, each worker finds at its first forward pass which modules round differently on its share
+of the cores: that pass runs on the default count, as always, with every leaf module's inputs and
+outputs recorded; each leaf is recomputed on the share, and those whose output differs are pinned
+to the default count. The same pass then runs again from the same generator state on the share,
+with those pinned; only if every leaf's output and the action equal the default's bit for bit does
+the worker keep the share (else the default count, as before).
+
+A kernel picks its order of summation by the shapes it is given and the thread count, not by the
+values, so a pass of the same shapes is the same arithmetic as the one checked. That holds for the
+types in ``FIXED_SHAPES``, whose every forward pass has its first one's shapes as long as the
+observation's do; an observation of another layout (shapes, dtypes) than the first's runs on the
+default count, and any other type (a prompt padded to its own length, a decoder whose length
+depends on values) never takes the share.
 """
 
 from __future__ import annotations
@@ -23,16 +29,28 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from pytest_vlaeval.cores import TORCH_POOL, worker_count, worker_threads
+
 log = logging.getLogger("pytest_vlaeval.lerobot")
+
+FIXED_SHAPES = ("act", "diffusion")
+"""Policy types whose forward pass has the same shapes at every step of a benchmark."""
+
+Call = tuple[str, Any, tuple, dict, Any]
+"""A leaf module's call: its name, the module, its args and kwargs, and its output (cloned)."""
 
 
 @dataclass(frozen=True)
 class ThreadPlan:
-    """The worker's torch thread count, and the modules (by name) that run on the default count."""
+    """The worker's torch thread count, the modules (by name) that run on the default count, and the
+    layout of the observations it was checked on."""
 
     share: int
     default: int
     pinned: tuple[str, ...]
+    layout: Any
 
     def pin(self, policy: Any) -> None:
         """Hooks on ``policy``'s pinned modules: the default count inside them, the share after."""
@@ -42,46 +60,88 @@ class ThreadPlan:
             module.register_forward_pre_hook(lambda *_: torch.set_num_threads(self.default))
             module.register_forward_hook(lambda *_: torch.set_num_threads(self.share))
 
+    @contextmanager
+    def running(self, observation: Any) -> Iterator[None]:
+        """The share inside for an observation of the checked layout; the default count for another."""
+        if observation_layout(observation) == self.layout:
+            yield
+            return
+        torch = _torch()
+        torch.set_num_threads(self.default)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(self.share)
 
-def worker_share() -> int | None:
-    """The threads torch may take in an xdist worker on the CPU, where fewer than its default count;
-    None where the default is already the worker's (serial, a server) or the user set the count."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers <= 1 or "OMP_NUM_THREADS" in os.environ:
+
+@dataclass
+class Threads:
+    """Whether the process's first forward pass has decided torch's thread count, and its plan."""
+
+    decided: bool = False
+    plan: ThreadPlan | None = None
+
+
+def worker_share(policy_type: str) -> int | None:
+    """The threads torch may take in an xdist worker, where fewer than its default count; None where
+    the default is the worker's already (serial, a server), the user sized torch's pool, or the
+    policy's shapes may change from one pass to the next."""
+    if worker_count() <= 1 or policy_type not in FIXED_SHAPES or any(name in os.environ for name in TORCH_POOL):
         return None
-    share = max(1, len(os.sched_getaffinity(0)) // workers)
+    share = worker_threads()
     return share if share < _torch().get_num_threads() else None
 
 
 def first_pass(policy: Any, fresh: Any, observation: Any, share: int) -> tuple[Any, ThreadPlan | None]:
     """``policy.select_action(observation)`` on the default count, and the plan that computes it
-    alike on ``share`` threads (None where none does: the default count stays). ``fresh`` is a copy
-    of ``policy`` in the state ``policy`` is in (its episode's start). Torch's generators are left
-    where the call leaves them; with a plan, torch runs on ``share`` threads from here on."""
+    alike on ``share`` threads (None where none does). ``fresh`` is a copy of ``policy`` in the state
+    ``policy`` is in (its episode's start). Torch's generators are left where the call leaves them,
+    and torch on its default count: the caller moves it to the plan's share."""
     torch = _torch()
-    default = torch.get_num_threads()
     generator = torch.get_rng_state()
     with _recorded(policy) as calls:
         action = policy.select_action(observation)
-    if not calls:  # no module ran: nothing shows what a share would compute
-        return action, None
-    pinned = {name for name, module, args, kwargs, output in calls if _differs(module, args, kwargs, output, share)}
-    plan = ThreadPlan(share, default, tuple(sorted(pinned)))
-    plan.pin(fresh)
-    torch.set_num_threads(share)
     try:
+        plan = _checked_plan(calls, action, fresh, observation, generator, share)
+    except Exception as exc:  # the probe's own failure, never the episode's: it keeps the default count
+        log.info("checking a forward pass on %d threads failed (%s): torch keeps its default count", share, exc)
+        plan = None
+    return action, plan
+
+
+def _checked_plan(
+    calls: list[Call], action: Any, fresh: Any, observation: Any, generator: Any, share: int
+) -> ThreadPlan | None:
+    """The plan the recorded pass ``calls`` (which gave ``action``) points to, if a pass of ``fresh``
+    with it, from the same generator state, computes every leaf's output and the action alike."""
+    torch = _torch()
+    default = torch.get_num_threads()
+    if not calls:  # no module ran, or the recording failed: nothing shows what a share computes
+        return None
+    with torch.random.fork_rng():  # a leaf that draws must not move the episode's generator
+        pinned = {name for name, module, args, kwargs, output in calls if _differs(module, args, kwargs, output, share)}
+    plan = ThreadPlan(share, default, tuple(sorted(pinned)), observation_layout(observation))
+    plan.pin(fresh)
+    try:
+        torch.set_num_threads(share)
         with torch.random.fork_rng(), _recorded(fresh) as again:
             torch.set_rng_state(generator)
             repeated = fresh.select_action(observation)
     finally:
         torch.set_num_threads(default)
     outputs, outputs_again = [call[-1] for call in calls], [call[-1] for call in again]
-    if not _equal([action, *outputs], [repeated, *outputs_again]):
-        log.info("a forward pass on %d threads differs from the one on %d: torch keeps %d", share, default, default)
-        return action, None
-    torch.set_num_threads(share)
-    log.info("torch on %d of %d threads; on %d: %s", share, default, default, ", ".join(plan.pinned) or "none")
-    return action, plan
+    return plan if _equal([action, *outputs], [repeated, *outputs_again]) else None
+
+
+def observation_layout(value: Any) -> Any:
+    """The shapes and dtypes of a processed observation's tensors (its other values as they are)."""
+    if isinstance(value, dict):
+        return tuple((key, observation_layout(item)) for key, item in sorted(value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(observation_layout(item) for item in value)
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return (tuple(value.shape), str(value.dtype))
+    return repr(value)
 
 
 def _differs(module: Any, args: tuple, kwargs: dict, output: Any, share: int) -> bool:
@@ -96,14 +156,19 @@ def _differs(module: Any, args: tuple, kwargs: dict, output: Any, share: int) ->
 
 
 @contextmanager
-def _recorded(policy: Any) -> Iterator[list[tuple[str, Any, tuple, dict, Any]]]:
-    """The leaf modules' calls inside: (name, module, args, kwargs, output), each value cloned."""
-    calls: list[tuple[str, Any, tuple, dict, Any]] = []
-    leaves = [(name, module) for name, module in policy.named_modules() if not any(True for _ in module.children())]
+def _recorded(policy: Any) -> Iterator[list[Call]]:
+    """The leaf modules' calls inside, each value cloned; the list is emptied where one could not be
+    recorded. Recording never fails the call it watches."""
+    calls: list[Call] = []
+    failed: list[BaseException] = []
+    leaves = [(name, module) for name, module in policy.named_modules() if next(module.children(), None) is None]
 
     def recorder(name: str) -> Callable[..., None]:
         def record(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
-            calls.append((name, module, _cloned(args), _cloned(kwargs), _cloned(output)))
+            try:
+                calls.append((name, module, _cloned(args), _cloned(kwargs), _cloned(output)))
+            except Exception as exc:
+                failed.append(exc)
 
         return record
 
@@ -113,6 +178,8 @@ def _recorded(policy: Any) -> Iterator[list[tuple[str, Any, tuple, dict, Any]]]:
     finally:
         for handle in handles:
             handle.remove()
+        if failed:
+            calls.clear()
 
 
 def _cloned(value: Any) -> Any:
@@ -120,6 +187,8 @@ def _cloned(value: Any) -> Any:
     torch = _torch()
     if isinstance(value, torch.Tensor):
         return value.clone()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_cloned(item) for item in value))
     if isinstance(value, (tuple, list)):
         return type(value)(_cloned(item) for item in value)
     if isinstance(value, dict):
@@ -128,7 +197,7 @@ def _cloned(value: Any) -> Any:
 
 
 def _equal(first: Any, second: Any) -> bool:
-    """Bit for bit: tensors equal in dtype, shape and every value, containers item by item."""
+    """Bit for bit: tensors and arrays equal in dtype, shape and every value, containers item by item."""
     torch = _torch()
     if isinstance(first, torch.Tensor) or isinstance(second, torch.Tensor):
         return (
@@ -137,6 +206,8 @@ def _equal(first: Any, second: Any) -> bool:
             and first.dtype == second.dtype
             and torch.equal(first, second)
         )
+    if isinstance(first, np.ndarray) or isinstance(second, np.ndarray):
+        return isinstance(first, np.ndarray) and isinstance(second, np.ndarray) and np.array_equal(first, second)
     if isinstance(first, (tuple, list)):
         return (
             type(first) is type(second)
@@ -149,7 +220,7 @@ def _equal(first: Any, second: Any) -> bool:
             and first.keys() == second.keys()
             and all(_equal(first[k], second[k]) for k in first)
         )
-    return first == second
+    return bool(first == second)
 
 
 def _torch() -> Any:

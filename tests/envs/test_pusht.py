@@ -73,6 +73,19 @@ def test_frames_read_in_one_copy_equal_gym_pushts_own() -> None:
         theirs.close()
 
 
+def test_a_frame_grab_of_other_code_is_gym_pushts_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another ``_get_img`` than the one checked (another gym-pusht release) is left as it is."""
+    from pytest_vlaeval.envs import pusht
+
+    monkeypatch.setattr(pusht, "GET_IMG_SOURCE", "0" * 16)
+    benchmark = load_benchmark(ROOT / "benchmarks" / "pusht.yaml")
+    env = pusht.make_env(benchmark.task("PushT-v0"), benchmark, "auto")
+    try:
+        assert "_get_img" not in vars(env.env.unwrapped)
+    finally:
+        env.close()
+
+
 PARITY_SEEDS = [1000, 1001, 1002, 1003, 1004]
 SOLVED_SEED = 1015
 """The scripted pusher's quickest success among seeds 1000-1049 (64 steps)."""
