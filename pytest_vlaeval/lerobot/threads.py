@@ -53,12 +53,22 @@ class ThreadPlan:
     layout: Any
 
     def pin(self, policy: Any) -> None:
-        """Hooks on ``policy``'s pinned modules: the default count inside them, the share after."""
+        """Hooks on ``policy``'s pinned modules: the default count inside them, the count before
+        them after (the share, or the default for an observation of another layout)."""
         torch = _torch()
+        before: list[int] = []
+
+        def enter(*_: Any) -> None:
+            before.append(torch.get_num_threads())
+            torch.set_num_threads(self.default)
+
+        def leave(*_: Any) -> None:
+            torch.set_num_threads(before.pop())
+
         for name in self.pinned:
             module = policy.get_submodule(name)
-            module.register_forward_pre_hook(lambda *_: torch.set_num_threads(self.default))
-            module.register_forward_hook(lambda *_: torch.set_num_threads(self.share))
+            module.register_forward_pre_hook(enter)
+            module.register_forward_hook(leave)
 
     @contextmanager
     def running(self, observation: Any) -> Iterator[None]:
@@ -134,14 +144,15 @@ def _checked_plan(
 
 
 def observation_layout(value: Any) -> Any:
-    """The shapes and dtypes of a processed observation's tensors (its other values as they are)."""
+    """The shapes and dtypes of a processed observation's tensors, its other values by type (an ACT
+    or Diffusion pass reads no task string)."""
     if isinstance(value, dict):
         return tuple((key, observation_layout(item)) for key, item in sorted(value.items()))
     if isinstance(value, (list, tuple)):
         return tuple(observation_layout(item) for item in value)
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return (tuple(value.shape), str(value.dtype))
-    return repr(value)
+    return type(value).__name__
 
 
 def _differs(module: Any, args: tuple, kwargs: dict, output: Any, share: int) -> bool:

@@ -90,3 +90,35 @@ def test_a_worker_on_its_share_of_the_cores_acts_as_on_torchs_default_count(
     assert unpinnable["plan"] is None and unpinnable["threads"] == cores, "one thread, nothing pinned: refused"
     assert np.array_equal(np.array(unpinnable["actions"]), np.array(serial["actions"])), "the default count's actions"
     assert results[("diffusion", cores, False)]["plan"]["pinned"], "Diffusion's pinned modules"
+
+
+def test_a_pinned_module_runs_on_the_default_count_and_another_layout_all_of_its_pass() -> None:
+    """``ThreadPlan`` on a small torch model, in this interpreter: on the checked layout the pinned
+    module runs on the default count and the rest on the share; on another, every module runs on
+    the default count (a pinned module's exit gives back the count it found)."""
+    import torch
+
+    from pytest_vlaeval.lerobot.threads import ThreadPlan, observation_layout
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    seen: list[tuple[str, int]] = []
+    for name, module in model.named_children():
+        module.register_forward_hook(
+            lambda module, args, output, name=name: seen.append((name, torch.get_num_threads()))
+        )
+    checked = {"observation.state": torch.zeros(1, 4)}
+    plan = ThreadPlan(share=1, default=2, pinned=("0",), layout=observation_layout(checked))
+    plan.pin(model)
+    before = torch.get_num_threads()
+    torch.set_num_threads(plan.share)
+    try:
+        passes = {}
+        for name, observation in (("checked", checked), ("other", {"observation.state": torch.zeros(2, 4)})):
+            seen.clear()
+            with plan.running(observation), torch.no_grad():
+                model(observation["observation.state"])
+            passes[name] = (list(seen), torch.get_num_threads())
+    finally:
+        torch.set_num_threads(before)
+    assert passes["checked"] == ([("0", 2), ("1", 1), ("2", 1)], 1)
+    assert passes["other"] == ([("0", 2), ("1", 2), ("2", 2)], 1)
