@@ -9,6 +9,12 @@ TORCH_POOL = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """What torch sizes its intra-op pool by, when it is imported."""
 
 
+def torch_pool_sized_by_user() -> bool:
+    """Whether the environment sizes torch's pool (the session never sets these where torch runs a
+    policy): then no share of the cores replaces the user's count."""
+    return any(name in os.environ for name in TORCH_POOL)
+
+
 def worker_count() -> int:
     """The session's xdist workers (1 when serial)."""
     return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))

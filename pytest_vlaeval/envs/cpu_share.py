@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from pytest_vlaeval.cores import TORCH_POOL, worker_count, worker_threads
+from pytest_vlaeval.cores import TORCH_POOL, torch_pool_sized_by_user, worker_count, worker_threads
 
 THREAD_VARIABLES = (*TORCH_POOL, "OPENBLAS_NUM_THREADS")
 IDLE_THREADS = ("OMP_WAIT_POLICY", "PASSIVE")
@@ -32,7 +32,7 @@ def share_cpu_threads(policy_beside: bool = False) -> None:
     with ``policy_beside`` (a torch policy runs in this worker), all but torch's."""
     if worker_count() <= 1:
         return
-    user_set = "OMP_NUM_THREADS" in os.environ
+    user_set = torch_pool_sized_by_user()
     share = worker_threads()
     for name in THREAD_VARIABLES:
         if not (policy_beside and name in TORCH_POOL):

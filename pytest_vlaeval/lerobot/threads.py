@@ -23,7 +23,6 @@ depends on values) never takes the share.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_vlaeval.cores import TORCH_POOL, worker_count, worker_threads
+from pytest_vlaeval.cores import torch_pool_sized_by_user, worker_count, worker_threads
 
 log = logging.getLogger("pytest_vlaeval.lerobot")
 
@@ -96,7 +95,7 @@ def worker_share(policy_type: str) -> int | None:
     """The threads torch may take in an xdist worker, where fewer than its default count; None where
     the default is the worker's already (serial, a server), the user sized torch's pool, or the
     policy's shapes may change from one pass to the next."""
-    if worker_count() <= 1 or policy_type not in FIXED_SHAPES or any(name in os.environ for name in TORCH_POOL):
+    if worker_count() <= 1 or policy_type not in FIXED_SHAPES or torch_pool_sized_by_user():
         return None
     share = worker_threads()
     return share if share < _torch().get_num_threads() else None

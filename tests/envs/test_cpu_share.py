@@ -51,3 +51,24 @@ def test_a_worker_with_a_torch_policy_beside_the_env_leaves_torchs_pool_alone(mo
     cpu_share.share_cpu_threads(policy_beside=True)
     assert [os.environ.get(name) for name in cpu_share.THREAD_VARIABLES] == [None, None, "4"]
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+@pytest.mark.parametrize("variable", ["OMP_NUM_THREADS", "MKL_NUM_THREADS"])
+def test_torchs_pool_sized_by_the_user_is_left_alone(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch already imported (a conftest): a worker resizes its pool to the share, unless the user
+    sized it by either variable torch reads (``cores.torch_pool_sized_by_user``, the rule a policy
+    beside the env follows too)."""
+    sized: list[int] = []
+    fake_torch = type("Torch", (), {"set_num_threads": staticmethod(sized.append)})
+    monkeypatch.setattr(cpu_share.os, "sched_getaffinity", lambda pid: set(range(16)))
+    for name in cpu_share.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    monkeypatch.setitem(cpu_share.sys.modules, "torch", fake_torch)
+    cpu_share.share_cpu_threads()
+    assert sized == [4]
+    for name in cpu_share.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, "3")
+    cpu_share.share_cpu_threads()
+    assert sized == [4], f"{variable}=3 is the user's: torch's pool stays as they sized it"
