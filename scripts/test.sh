@@ -5,6 +5,8 @@
 # only them, as CI does after this command). --durations=10: the ten slowest, in every log.
 # Two xdist workers, a file's cases on one (its module fixtures made once): most cases wait on the
 # sessions, servers and simulators they start, so two keep two cores busy; `-n 0` runs serially.
+# --no-loadscope-reorder: files go out in tests/conftest.py's order, the ones marked `minutes` first
+# (longest first), so no file of minutes starts last and runs alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --all  # every stack `vlaeval install --list` names
@@ -13,4 +15,4 @@ cd "$(dirname "$0")/.."
 # Idle OpenMP threads sleep rather than spin: torch in one case's processes would otherwise burn
 # the core the other worker's case needs (the numbers do not change, only the waiting).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=10 "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=10 "$@"

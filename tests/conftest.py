@@ -43,8 +43,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without ``--long``, the cases marked ``long`` are deselected (and counted as such), so the
-    default run stays short; CI runs them in a second session."""
+    """The files marked ``minutes`` first, the longest first (xdist hands files out in this order
+    under ``--no-loadscope-reorder``, as scripts/test.sh runs: a file of minutes that started last
+    would run alone while the other worker idles). Without ``--long``, the cases marked ``long`` are
+    then deselected (and counted as such), so the default run stays short; CI runs them in a second
+    session."""
+    items.sort(key=_minutes_first)
     if config.getoption("--long"):
         return
     kept = [item for item in items if item.get_closest_marker("long") is None]
@@ -53,6 +57,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=left_out)
         config.stash[LEFT_OUT] = len(left_out)
         items[:] = kept
+
+
+def _minutes_first(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("minutes")
+    return -marker.args[0] if marker is not None else 0.0
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -18,6 +18,8 @@ PYTHON_SCRIPTS = sorted(path.name for path in SCRIPTS.glob("*.py"))
 SHELL_SCRIPTS = ["evaluate.sh", "gpu_check.sh"]
 SCRIPT = SCRIPTS / "bench_controller.py"
 
+pytestmark = pytest.mark.minutes(6)
+
 
 def run_script(
     name: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None

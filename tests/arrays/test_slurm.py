@@ -27,7 +27,7 @@ from slurm_cluster import one_node_cluster, wait_for_jobs
 from pytest_vlaeval.arrays.submission import Submission, submission_key
 from pytest_vlaeval.results.rundir import RunDir
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.minutes(2)]
 
 RUN = ["--benchmark=fake.yaml:short", "--policy=random", "--vla-results=cluster"]
 JOBS_S = 240

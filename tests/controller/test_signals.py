@@ -18,6 +18,8 @@ import psutil
 import pytest
 from helpers import episode_records, read_json, run_dir
 
+pytestmark = pytest.mark.minutes(1.5)
+
 SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--vla-live=off", "-q"]
 HANG_GUARD_S = 300
 """How long a test waits for something that must happen, before failing instead of hanging (generous:

@@ -32,7 +32,7 @@ from helpers import (
 from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 from pytest_vlaeval.envs import libero
 
-pytestmark = pytest.mark.libero
+pytestmark = [pytest.mark.libero, pytest.mark.minutes(3)]
 
 STEPS = 5
 TASKS = (

@@ -37,7 +37,7 @@ from pytest_vlaeval.benchmark.model import load_benchmark, resolve_benchmark, se
 from pytest_vlaeval.envs import libero
 from pytest_vlaeval.errors import EnvError, SpecError
 
-pytestmark = pytest.mark.libero
+pytestmark = [pytest.mark.libero, pytest.mark.minutes(1.5)]
 
 STEPS = 3
 EPISODES = 4

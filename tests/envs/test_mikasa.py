@@ -24,7 +24,7 @@ from pytest_vlaeval.episodes.worker import Worker
 from pytest_vlaeval.policy import EpisodeInfo, RandomPolicy
 from pytest_vlaeval.policy.loading import parse_policy
 
-pytestmark = pytest.mark.mikasa
+pytestmark = [pytest.mark.mikasa, pytest.mark.minutes(4)]
 
 TASKS = ("RememberColor3-VLA-v0", "InterceptSlow-VLA-v0")
 SHORT = TASKS[0]

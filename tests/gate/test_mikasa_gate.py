@@ -13,7 +13,7 @@ from helpers import read_json
 
 from pytest_vlaeval.gate.verdict import EXIT_GATE_FAILED
 
-pytestmark = [pytest.mark.mikasa, pytest.mark.long]
+pytestmark = [pytest.mark.mikasa, pytest.mark.long, pytest.mark.minutes(1.5)]
 
 TASKS = ("RememberColor3-VLA-v0", "FindImposterColor3-VLA-v0")  # 25 steps each
 START_SEED = 4242424242

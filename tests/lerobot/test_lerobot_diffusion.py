@@ -29,7 +29,7 @@ from lerobot_reference import (  # noqa: F401
     within_one_ulp,
 )
 
-pytestmark = [pytest.mark.lerobot, pytest.mark.long]
+pytestmark = [pytest.mark.lerobot, pytest.mark.long, pytest.mark.minutes(2)]
 
 SEEDS = (1202, 1203, 1204)
 STEPS = 48

@@ -29,7 +29,7 @@ from lerobot_reference import (  # noqa: F401
     within_one_ulp,
 )
 
-pytestmark = [pytest.mark.lerobot, pytest.mark.long]
+pytestmark = [pytest.mark.lerobot, pytest.mark.long, pytest.mark.minutes(3)]
 
 SUM_TOLERANCE = 1e-12
 """Relative: two summation orders of 300 float64 rewards differ in the last bits (seen: 3e-15)."""

@@ -29,7 +29,7 @@ import pytest
 from helpers import REVERSED_ORDER, capped_benchmark, episode_records, read_json
 from lerobot_reference import build_checkpoint, lerobot_python, lerobot_session, run_lerobot_eval
 
-pytestmark = [pytest.mark.lerobot, pytest.mark.long]
+pytestmark = [pytest.mark.lerobot, pytest.mark.long, pytest.mark.minutes(2)]
 
 TASK = "pick_up_the_black_bowl_between_the_plate_and_the_ramekin_and_place_it_on_the_plate"
 SUITE = "libero_spatial"

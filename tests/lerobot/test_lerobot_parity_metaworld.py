@@ -25,7 +25,7 @@ import pytest
 from helpers import episode_records, read_json
 from lerobot_reference import build_checkpoint, lerobot_session, run_lerobot_eval
 
-pytestmark = [pytest.mark.lerobot, pytest.mark.metaworld, pytest.mark.long]
+pytestmark = [pytest.mark.lerobot, pytest.mark.metaworld, pytest.mark.long, pytest.mark.minutes(6)]
 
 TASK = "push-v3"
 SEED = 1000

@@ -16,6 +16,8 @@ from helpers import assert_one_line_usage_error, episode_records, lone_runner, r
 
 from pytest_vlaeval.benchmark.model import resolve_benchmark, select
 
+pytestmark = pytest.mark.minutes(1.5)
+
 SERVED = '''
 import os
 import signal
