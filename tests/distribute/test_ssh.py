@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,8 +95,12 @@ def test_ssh_workers_run_the_affinity_scheduler_and_send_back_every_record(
     result.stdout.fnmatch_lines(["*scheduling tests via AffinityScheduling*"])
     records = episode_records(run_dir(fake))
     assert len(records) == 8 and {r["worker"] for r in records.values()} <= {"gw0", "gw1"}
-    by_task = {task: {r["worker"] for (t, _), r in records.items() if t == task} for task in ("Alpha-v0", "Beta-v0")}
-    assert all(len(workers) == 1 for workers in by_task.values()), f"a task stays on one worker: {by_task}"
+    # Affinity: a worker builds a task's env once and runs its episodes there. A worker that runs dry
+    # may take the tail of the other's task (a loaded machine starts one worker late): one more build.
+    places = Counter((task, record["worker"]) for (task, _), record in records.items())
+    builds = Counter((task, record["worker"]) for (task, _), record in records.items() if record["env_built"])
+    assert builds == Counter(set(places)), f"one env build per task and worker: {builds} for {places}"
+    assert len(places) <= 3, f"at most one tail taken: {places}"
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 8
     assert not (home / "results").exists(), "results live on the controller, not the workstation"
 
