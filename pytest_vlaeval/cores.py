@@ -10,8 +10,8 @@ TORCH_POOL = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def torch_pool_sized_by_user() -> bool:
-    """Whether the environment sizes torch's pool (the session never sets these where torch runs a
-    policy): then no share of the cores replaces the user's count."""
+    """Whether the user sized torch's pool: then no share of the cores replaces their count. Read
+    before the session sets these (``cpu_share``), or where it never does (beside the env)."""
     return any(name in os.environ for name in TORCH_POOL)
 
 

@@ -97,9 +97,9 @@ def test_ssh_workers_run_the_affinity_scheduler_and_send_back_every_record(
     assert len(records) == 8 and {r["worker"] for r in records.values()} <= {"gw0", "gw1"}
     # Affinity: a worker builds a task's env once and runs its episodes there. A worker that runs dry
     # may take the tail of the other's task (a loaded machine starts one worker late): one more build.
-    places = Counter((task, record["worker"]) for (task, _), record in records.items())
+    places = {(task, record["worker"]) for (task, _), record in records.items()}
     builds = Counter((task, record["worker"]) for (task, _), record in records.items() if record["env_built"])
-    assert builds == Counter(set(places)), f"one env build per task and worker: {builds} for {places}"
+    assert builds == Counter(places), f"one env build per task and worker: {builds} for {places}"
     assert len(places) <= 3, f"at most one tail taken: {places}"
     assert read_json(run_dir(fake) / "summary.json")["n_completed"] == 8
     assert not (home / "results").exists(), "results live on the controller, not the workstation"
