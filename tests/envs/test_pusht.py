@@ -43,9 +43,10 @@ def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:
     assert {r["render_backend"] for r in runs["serial"].values()} == {"pygame"}
 
 
-def test_frames_read_in_one_copy_equal_gym_pushts_own() -> None:
-    """Our env reads its screen in one copy (``pusht._read_frames_in_one_copy``): over two seeds of
-    random pushes, every observation and ``render()`` frame equals gym-pusht's own env's."""
+def test_frames_read_without_copy_equal_gym_pushts_own() -> None:
+    """Our env reads its screen through a view of its pixels (``pusht._read_frames_without_copy``):
+    over two seeds of random pushes, every observation and ``render()`` frame equals gym-pusht's own
+    env's."""
     import gymnasium as gym
     import numpy as np
 
@@ -71,6 +72,38 @@ def test_frames_read_in_one_copy_equal_gym_pushts_own() -> None:
     finally:
         ours.close()
         theirs.close()
+
+
+@pytest.mark.parametrize(
+    ("depth", "masks"),
+    [
+        (32, (0xFF0000, 0xFF00, 0xFF, 0)),  # what gym-pusht's screen is here: X, R, G, B from the top byte
+        (32, (0xFF, 0xFF00, 0xFF0000, 0)),  # the colours the other way round
+        (32, (0xFF00, 0xFF0000, 0xFF000000, 0xFF)),  # alpha in the low byte
+        (24, (0xFF0000, 0xFF00, 0xFF, 0)),  # 3-byte pixels: gym-pusht's own read
+    ],
+)
+def test_a_frame_of_any_screen_layout_equals_gym_pushts_own(depth: int, masks: tuple[int, ...]) -> None:
+    """The frame read from a screen of another pixel layout (another pygame, another display) equals
+    gym-pusht's own read of it, at the observation's size and others."""
+    import numpy as np
+    import pygame
+
+    from pytest_vlaeval.envs.pusht import make_env
+
+    benchmark = load_benchmark(ROOT / "benchmarks" / "pusht.yaml")
+    env = make_env(benchmark.task("PushT-v0"), benchmark, "auto")
+    pusht = env.env.unwrapped
+    rng = np.random.default_rng(depth)
+    try:
+        screen = pygame.Surface((512, 512), depth=depth, masks=masks)
+        pygame.surfarray.blit_array(screen, rng.integers(0, 256, (512, 512, 3), dtype=np.uint8))
+        for width, height in ((96, 96), (84, 84), (100, 60)):
+            ours = pusht._get_img(screen, width, height)
+            assert ours.shape == (height, width, 3) and ours.dtype == np.uint8
+            assert np.array_equal(ours, type(pusht)._get_img(pusht, screen, width, height))
+    finally:
+        env.close()
 
 
 def test_a_frame_grab_of_other_code_is_gym_pushts_own(monkeypatch: pytest.MonkeyPatch) -> None:
