@@ -35,11 +35,23 @@ class Slow(Zero):
 
 
 class Stubborn(Slow):
-    """``Slow``, but it swallows Ctrl-C in a step (touching ``interrupt-swallowed``) and never returns."""
+    """``Slow`` in its first episode; in the next, its first step waits for Ctrl-C (touching
+    ``waiting-for-interrupt``), swallows it (touching ``interrupt-swallowed``) and never returns: the
+    interrupt lands in the step whatever the machine's load."""
+
+    def __init__(self) -> None:
+        self.episodes = 0
+
+    def reset(self, episode) -> None:
+        self.episodes += 1
 
     def act(self, obs) -> np.ndarray:
-        try:
+        if self.episodes < 2:
             return super().act(obs)
+        try:
+            Path("waiting-for-interrupt").touch()
+            while True:
+                time.sleep(1)
         except KeyboardInterrupt:
             Path("interrupt-swallowed").touch()
             while True:

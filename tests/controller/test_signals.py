@@ -94,15 +94,20 @@ def test_a_termination_signal_stops_the_session_as_ctrl_c_does(
     assert not alive, f"left running: {alive}"
 
 
+def wait_for_file(path: Path, proc: subprocess.Popen[str], failure: str) -> None:
+    """Until ``path`` exists; fails with ``failure`` if the session ends first or takes too long."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not path.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, failure
+        time.sleep(0.05)
+
+
 def test_a_second_termination_signal_ends_the_session_at_once(fake: pytest.Pytester) -> None:
     proc = session(fake, "--policy=spy_policies:Stubborn")
     wait_for_records(fake.path / "results", 1, proc)
+    wait_for_file(fake.path / "waiting-for-interrupt", proc, "the second episode never reached its first step")
     proc.send_signal(signal.SIGTERM)
-    swallowed = fake.path / "interrupt-swallowed"
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not swallowed.exists():
-        assert time.monotonic() < deadline and proc.poll() is None, "the first signal did not interrupt"
-        time.sleep(0.05)
+    wait_for_file(fake.path / "interrupt-swallowed", proc, "the first signal did not interrupt")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == -signal.SIGTERM
