@@ -46,6 +46,7 @@ from pytest_vlaeval.errors import PolicyError
 from pytest_vlaeval.lerobot.processor_files import check_processor_files
 from pytest_vlaeval.lerobot.threads import ThreadPlan, Threads, first_pass, worker_share
 from pytest_vlaeval.policy.contract import EpisodeInfo
+from pytest_vlaeval.printable import terminal_safe
 
 if TYPE_CHECKING:
     from pytest_vlaeval.policy.batched import BatchEpisode
@@ -82,6 +83,9 @@ class _Loaded:
     inference draws nothing."""
     chunks: Any
     """``chunks.Chunks`` of the policy's type, or None where batched inference does not serve it."""
+    env_type: str
+    env_observation: tuple[str, ...]
+    """The keys of the observation of LeRobot's env of ``env_type``, which the checkpoint's inputs come from."""
     split_checked: set[int] = field(default_factory=set)
     """The batch sizes whose split of the processors' output was checked (``_split_batch``)."""
     threads: Threads = field(default_factory=Threads)
@@ -140,6 +144,8 @@ def _load(path: str, env_type: str) -> _Loaded:
         digest=_weights_digest(path),
         draws=None if policy.config.type in DRAW_NOTHING else draws,
         chunks=CHUNKS.get(policy.config.type),
+        env_type=env_type,
+        env_observation=tuple(key for key in env_cfg.features if key != ACTION),
     )
 
 
@@ -332,7 +338,32 @@ def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:
     observation = loaded.preprocess_observation(_stacked(observations))
     observation["task"] = [obs.get("instruction", "") for obs in observations]
     observation = loaded.env_preprocessor(observation)
-    return loaded.preprocessor(observation)
+    batch = loaded.preprocessor(observation)
+    _check_inputs(loaded, batch, observations[0])
+    return batch
+
+
+KEYS_SHOWN = 8
+"""The most of an observation's keys an error names (a client may send any number)."""
+
+
+def _check_inputs(loaded: _Loaded, batch: Any, observation: dict[str, Any]) -> None:
+    """``PolicyError`` unless the processed batch holds each non-image input the checkpoint takes
+    and at least one of its images (pi0 and SmolVLA fill the cameras a benchmark lacks): an
+    observation of another layout (a served client of another benchmark) would otherwise fail deep
+    in the model, on a bare key."""
+    config = loaded.policy.config
+    images = config.image_features
+    no_image = bool(images) and not any(key in batch for key in images)
+    missing = [key for key in config.input_features if (no_image if key in images else key not in batch)]
+    if missing:
+        keys = [terminal_safe(str(key)) for key in itertools.islice(observation, KEYS_SHOWN)]
+        more = ", ..." if len(observation) > KEYS_SHOWN else ""
+        raise PolicyError(
+            f"the observation ({', '.join(keys)}{more}) gives the checkpoint no {', '.join(missing)}: its "
+            f"inputs come from LeRobot's {loaded.env_type} observation ({', '.join(loaded.env_observation)}); "
+            "serve it to episodes of the benchmark it was trained on"
+        )
 
 
 def _stacked(observations: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -117,3 +117,45 @@ def test_a_checkpoint_served_over_openpi_answers_as_a_fresh_episode_over_our_pro
     assert actions["openpi"][0] == actions["openpi"][1], "each openpi request is a fresh episode"
     assert actions["openpi"][0] == actions["vlaeval"][0], "the first step of an episode over our own protocol"
     assert actions["vlaeval"][1] != actions["vlaeval"][0], "our own protocol's episode moves on"
+
+
+def test_an_observation_of_another_benchmark_is_one_line_naming_what_the_checkpoint_takes(
+    tmp_path: Path,
+    pusht_act_checkpoint: Path,  # noqa: F811
+) -> None:
+    """A bare ``vlaeval serve`` of a Push-T checkpoint may be sent another benchmark's observations:
+    the episode's error names what the checkpoint lacks and the observation it takes, not a key
+    deep in the model; the server serves the next episode as ever."""
+    from pytest_vlaeval.errors import PolicyError
+    from pytest_vlaeval.install.interpreters import interpreter_python
+    from pytest_vlaeval.policy import EpisodeInfo
+    from pytest_vlaeval.serving import ServerProcess, connect_policy, parse_remote_spec
+
+    server = ServerProcess(
+        f"lerobot:{pusht_act_checkpoint}",
+        tmp_path / "serve.log",
+        ["--env-type", "pusht", "--action-dim", "2"],
+        {**os.environ, "HF_HUB_OFFLINE": "1"},
+        python=interpreter_python("lerobot"),
+    )
+    server.start()
+    try:
+        foreign = {"rgb": np.zeros((64, 64, 3), np.uint8), "joints": np.zeros(9, np.float32), "instruction": "pick"}
+        pusht = {"pixels": np.full((96, 96, 3), 128, np.uint8), "agent_pos": np.array([100.0, 200.0])}
+        for seed, obs in enumerate((foreign, {**pusht, "rgb": foreign["rgb"], "agent_pos": None})):
+            policy = connect_policy(parse_remote_spec(server.url), 2)
+            policy.reset(EpisodeInfo(task="other", seed=seed, instruction="pick", episode_index=seed, max_steps=1))
+            with pytest.raises(PolicyError) as raised:
+                policy.act({key: value for key, value in obs.items() if value is not None})
+            policy.close()
+            message = str(raised.value)
+            assert "\n" not in message and "KeyError" not in message, message
+            missing = "observation.image, observation.state" if seed == 0 else "observation.state"
+            assert f"gives the checkpoint no {missing}: its inputs come from LeRobot's pusht observation" in message
+            assert "(agent_pos, pixels)" in message, message
+        policy = connect_policy(parse_remote_spec(server.url), 2)
+        policy.reset(EpisodeInfo(task="pusht", seed=9, instruction="push", episode_index=9, max_steps=1))
+        assert np.asarray(policy.act(pusht)).shape[-1] == 2
+        policy.close()
+    finally:
+        server.stop()

@@ -376,6 +376,7 @@ def scaling_checkpoint(torch: Any, extra: dict[str, Any] | None = None) -> Simpl
         env_preprocessor=lambda observation: observation,
         preprocessor=lambda observation: {**observation, **(extra or {})},
         split_checked=set(),
+        policy=SimpleNamespace(config=SimpleNamespace(input_features={"pixels": None}, image_features={})),
     )
 
 
@@ -420,3 +421,23 @@ def test_rows_of_other_layouts_are_processed_as_their_own_calls() -> None:
         alone = _policy_inputs(scaled, [obs])[0]
         assert row.keys() == alone.keys()
         assert all(torch.equal(row[key], alone[key]) for key in row if key != "task")
+
+
+def test_an_observation_short_of_a_camera_reaches_a_policy_that_fills_it_but_none_without_its_state() -> None:
+    """pi0 and SmolVLA fill the cameras a benchmark lacks, so one image of two is enough; no image at
+    all, or no state, is the observation of another benchmark: one line naming what is missing."""
+    from pytest_vlaeval.errors import PolicyError
+    from pytest_vlaeval.lerobot.policy import _check_inputs
+
+    images = {"observation.images.top": None, "observation.images.wrist": None}
+    config = SimpleNamespace(input_features={**images, "observation.state": None}, image_features=images)
+    loaded = SimpleNamespace(policy=SimpleNamespace(config=config), env_type="aloha", env_observation=("agent_pos",))
+    _check_inputs(loaded, {"observation.images.top": 0, "observation.state": 0}, {"top": 0, "agent_pos": 0})
+    with pytest.raises(
+        PolicyError, match=r"\(rgb\) gives the checkpoint no observation\.images\.top, observation\.images\.wrist: its"
+    ):
+        _check_inputs(loaded, {"observation.state": 0}, {"rgb": 0})
+    with pytest.raises(
+        PolicyError, match=r"no observation\.state: its inputs come from LeRobot's aloha observation \(agent_pos\)"
+    ):
+        _check_inputs(loaded, {"observation.images.top": 0}, {"top": 0})
