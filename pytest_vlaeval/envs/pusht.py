@@ -88,19 +88,28 @@ def _read_frames_without_copy(pusht: Any) -> None:
 
 
 def _colour_bytes(screen: Any) -> list[int] | None:
-    """Where red, green and blue lie in each of the screen's 4-byte pixels, rows unpadded; None for
-    any other layout."""
+    """Where red, green and blue lie in each of the screen's 4-byte pixels, each a whole byte, rows
+    unpadded; None for any other layout."""
     width = screen.get_width()
     shifts = screen.get_shifts()[:3]
-    if screen.get_bytesize() != 4 or screen.get_pitch() != 4 * width or any(shift % 8 for shift in shifts):
+    whole_bytes = all(
+        shift % 8 == 0 and mask == 0xFF << shift and loss == 0
+        for shift, mask, loss in zip(shifts, screen.get_masks(), screen.get_losses(), strict=False)
+    )
+    if screen.get_bytesize() != 4 or screen.get_pitch() != 4 * width or not whole_bytes:
         return None
     return [shift // 8 if sys.byteorder == "little" else 3 - shift // 8 for shift in shifts]
 
 
 def _resized_in_place(screen: Any, width: int, height: int, colours: list[int]) -> np.ndarray:
-    """The screen resized to ``width`` x ``height`` RGB, read through a view of its pixels (the
-    view locks the surface only until it is dropped, here)."""
+    """The screen resized to ``width`` x ``height`` RGB, C-contiguous as gym-pusht's frame, read
+    through a view of its pixels (the view locks the surface only until it is dropped, here)."""
     import cv2
 
     pixels = np.frombuffer(screen.get_buffer(), np.uint8).reshape(screen.get_height(), screen.get_width(), 4)
-    return cv2.resize(pixels, (width, height))[:, :, colours]
+    resized = cv2.resize(pixels, (width, height))
+    if colours == [2, 1, 0]:
+        return cv2.cvtColor(resized, cv2.COLOR_BGRA2RGB)
+    if colours == [0, 1, 2]:
+        return cv2.cvtColor(resized, cv2.COLOR_RGBA2RGB)
+    return np.ascontiguousarray(resized[:, :, colours])

@@ -338,31 +338,37 @@ def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:
     observation = loaded.preprocess_observation(_stacked(observations))
     observation["task"] = [obs.get("instruction", "") for obs in observations]
     observation = loaded.env_preprocessor(observation)
-    batch = loaded.preprocessor(observation)
-    _check_inputs(loaded, batch, observations[0])
-    return batch
+    _check_inputs(loaded, observation, observations[0])
+    return loaded.preprocessor(observation)
 
 
 KEYS_SHOWN = 8
 """The most of an observation's keys an error names (a client may send any number)."""
 
+EVERY_IMAGE = ("act", "diffusion", "multi_task_dit", "vqbet")
+"""Policy types whose model reads each of its image inputs; the others take the cameras given
+(pi0 and SmolVLA fill the rest, GR00T stacks those there)."""
 
-def _check_inputs(loaded: _Loaded, batch: Any, observation: dict[str, Any]) -> None:
-    """``PolicyError`` unless the processed batch holds each non-image input the checkpoint takes
-    and at least one of its images (pi0 and SmolVLA fill the cameras a benchmark lacks): an
-    observation of another layout (a served client of another benchmark) would otherwise fail deep
-    in the model, on a bare key."""
+
+def _check_inputs(loaded: _Loaded, observation: dict[str, Any], raw: dict[str, Any]) -> None:
+    """``PolicyError`` unless the observation, in LeRobot's keys and before the checkpoint's own
+    processors (which may pack or drop them), holds each non-image input the checkpoint takes and
+    its images (one of them, for a type that takes the cameras given): an observation of another
+    layout (a served client of another benchmark) would otherwise fail deep in the policy, on a
+    bare key. ``raw`` is the observation as the client sent it, named in the error."""
     config = loaded.policy.config
     images = config.image_features
-    no_image = bool(images) and not any(key in batch for key in images)
-    missing = [key for key in config.input_features if (no_image if key in images else key not in batch)]
-    if missing:
-        keys = [terminal_safe(str(key)) for key in itertools.islice(observation, KEYS_SHOWN)]
-        more = ", ..." if len(observation) > KEYS_SHOWN else ""
+    absent = [key for key in config.input_features if key not in observation]
+    if config.type not in EVERY_IMAGE and any(key in observation for key in images):
+        absent = [key for key in absent if key not in images]
+    if absent:
+        sent = [terminal_safe(str(key)) for key in itertools.islice(raw, KEYS_SHOWN)]
+        more = ", ..." if len(raw) > KEYS_SHOWN else ""
         raise PolicyError(
-            f"the observation ({', '.join(keys)}{more}) gives the checkpoint no {', '.join(missing)}: its "
-            f"inputs come from LeRobot's {loaded.env_type} observation ({', '.join(loaded.env_observation)}); "
-            "serve it to episodes of the benchmark it was trained on"
+            f"the observation ({', '.join(sent)}{more}) gives the checkpoint no "
+            f"{', '.join(terminal_safe(key) for key in absent)}: its inputs come from LeRobot's "
+            f"{loaded.env_type} observation ({', '.join(loaded.env_observation)}); serve it to episodes "
+            "of the benchmark it was trained on"
         )
 
 

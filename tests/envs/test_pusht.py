@@ -46,17 +46,19 @@ def test_pusht_episodes_run_to_the_protocol(tmp_path: Path) -> None:
 def test_frames_read_without_copy_equal_gym_pushts_own() -> None:
     """Our env reads its screen through a view of its pixels (``pusht._read_frames_without_copy``):
     over two seeds of random pushes, every observation and ``render()`` frame equals gym-pusht's own
-    env's."""
+    env's, and the screen gym-pusht draws on (a plain ``pygame.Surface``) is one the view reads."""
     import gymnasium as gym
     import numpy as np
+    import pygame
 
-    from pytest_vlaeval.envs.pusht import ENV_ID, make_env
+    from pytest_vlaeval.envs.pusht import ENV_ID, _colour_bytes, make_env
 
     benchmark = load_benchmark(ROOT / "benchmarks" / "pusht.yaml")
     task = benchmark.task("PushT-v0")
     ours = make_env(task, benchmark, "auto")
     theirs = gym.make(ENV_ID, obs_type=benchmark.env.options["obs_type"], render_mode="rgb_array")
     assert "_get_img" in vars(ours.env.unwrapped) and "_get_img" not in vars(theirs.unwrapped)
+    assert _colour_bytes(pygame.Surface((512, 512))) is not None
     rng = np.random.default_rng(0)
     try:
         for seed in (1000, 1001):
@@ -65,6 +67,7 @@ def test_frames_read_without_copy_equal_gym_pushts_own() -> None:
             for _ in range(60):
                 assert obs["pixels"].dtype == expected["pixels"].dtype
                 assert np.array_equal(obs["pixels"], expected["pixels"]) and obs["pixels"].flags.writeable
+                assert obs["pixels"].flags.c_contiguous
                 action = rng.uniform(0, 512, 2)
                 obs = ours.step(action)[0]
                 expected = theirs.step(action.astype(np.float32))[0]
@@ -75,32 +78,34 @@ def test_frames_read_without_copy_equal_gym_pushts_own() -> None:
 
 
 @pytest.mark.parametrize(
-    ("depth", "masks"),
+    ("depth", "masks", "viewed"),
     [
-        (32, (0xFF0000, 0xFF00, 0xFF, 0)),  # what gym-pusht's screen is here: X, R, G, B from the top byte
-        (32, (0xFF, 0xFF00, 0xFF0000, 0)),  # the colours the other way round
-        (32, (0xFF00, 0xFF0000, 0xFF000000, 0xFF)),  # alpha in the low byte
-        (24, (0xFF0000, 0xFF00, 0xFF, 0)),  # 3-byte pixels: gym-pusht's own read
+        (32, (0xFF0000, 0xFF00, 0xFF, 0), True),  # what gym-pusht's screen is here: X, R, G, B from the top byte
+        (32, (0xFF, 0xFF00, 0xFF0000, 0), True),  # the colours the other way round
+        (32, (0xFF00, 0xFF0000, 0xFF000000, 0xFF), True),  # alpha in the low byte
+        (24, (0xFF0000, 0xFF00, 0xFF, 0), False),  # 3-byte pixels: gym-pusht's own read
     ],
 )
-def test_a_frame_of_any_screen_layout_equals_gym_pushts_own(depth: int, masks: tuple[int, ...]) -> None:
+def test_a_frame_of_any_screen_layout_equals_gym_pushts_own(depth: int, masks: tuple[int, ...], viewed: bool) -> None:
     """The frame read from a screen of another pixel layout (another pygame, another display) equals
-    gym-pusht's own read of it, at the observation's size and others."""
+    gym-pusht's own read of it, C-contiguous as it is, at the observation's size and others; 4-byte
+    pixels are read through the view, others by gym-pusht."""
     import numpy as np
     import pygame
 
-    from pytest_vlaeval.envs.pusht import make_env
+    from pytest_vlaeval.envs import pusht as pusht_module
 
     benchmark = load_benchmark(ROOT / "benchmarks" / "pusht.yaml")
-    env = make_env(benchmark.task("PushT-v0"), benchmark, "auto")
+    env = pusht_module.make_env(benchmark.task("PushT-v0"), benchmark, "auto")
     pusht = env.env.unwrapped
     rng = np.random.default_rng(depth)
     try:
         screen = pygame.Surface((512, 512), depth=depth, masks=masks)
+        assert (pusht_module._colour_bytes(screen) is not None) is viewed
         pygame.surfarray.blit_array(screen, rng.integers(0, 256, (512, 512, 3), dtype=np.uint8))
         for width, height in ((96, 96), (84, 84), (100, 60)):
             ours = pusht._get_img(screen, width, height)
-            assert ours.shape == (height, width, 3) and ours.dtype == np.uint8
+            assert ours.shape == (height, width, 3) and ours.dtype == np.uint8 and ours.flags.c_contiguous
             assert np.array_equal(ours, type(pusht)._get_img(pusht, screen, width, height))
     finally:
         env.close()

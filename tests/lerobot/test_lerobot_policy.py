@@ -376,7 +376,7 @@ def scaling_checkpoint(torch: Any, extra: dict[str, Any] | None = None) -> Simpl
         env_preprocessor=lambda observation: observation,
         preprocessor=lambda observation: {**observation, **(extra or {})},
         split_checked=set(),
-        policy=SimpleNamespace(config=SimpleNamespace(input_features={"pixels": None}, image_features={})),
+        policy=SimpleNamespace(config=SimpleNamespace(type="act", input_features={"pixels": None}, image_features={})),
     )
 
 
@@ -423,16 +423,26 @@ def test_rows_of_other_layouts_are_processed_as_their_own_calls() -> None:
         assert all(torch.equal(row[key], alone[key]) for key in row if key != "task")
 
 
-def test_an_observation_short_of_a_camera_reaches_a_policy_that_fills_it_but_none_without_its_state() -> None:
-    """pi0 and SmolVLA fill the cameras a benchmark lacks, so one image of two is enough; no image at
-    all, or no state, is the observation of another benchmark: one line naming what is missing."""
+@pytest.mark.parametrize("kind", ["smolvla", "act"])
+def test_an_observation_short_of_a_camera_reaches_only_a_policy_that_takes_the_cameras_given(kind: str) -> None:
+    """SmolVLA (as pi0, GR00T) takes the cameras an observation has, so one image of two is enough
+    for it, where ACT reads each of its own; no image at all, or no state, is the observation of
+    another benchmark for either: one line naming what is missing, checked before the checkpoint's
+    processors (which may pack images away)."""
     from pytest_vlaeval.errors import PolicyError
     from pytest_vlaeval.lerobot.policy import _check_inputs
 
     images = {"observation.images.top": None, "observation.images.wrist": None}
-    config = SimpleNamespace(input_features={**images, "observation.state": None}, image_features=images)
+    config = SimpleNamespace(type=kind, input_features={**images, "observation.state": None}, image_features=images)
     loaded = SimpleNamespace(policy=SimpleNamespace(config=config), env_type="aloha", env_observation=("agent_pos",))
-    _check_inputs(loaded, {"observation.images.top": 0, "observation.state": 0}, {"top": 0, "agent_pos": 0})
+    one_camera = {"observation.images.top": 0, "observation.state": 0}
+    if kind == "act":
+        with pytest.raises(
+            PolicyError, match=r"\(top, agent_pos\) gives the checkpoint no observation\.images\.wrist: its"
+        ):
+            _check_inputs(loaded, one_camera, {"top": 0, "agent_pos": 0})
+    else:
+        _check_inputs(loaded, one_camera, {"top": 0, "agent_pos": 0})
     with pytest.raises(
         PolicyError, match=r"\(rgb\) gives the checkpoint no observation\.images\.top, observation\.images\.wrist: its"
     ):
@@ -440,4 +450,4 @@ def test_an_observation_short_of_a_camera_reaches_a_policy_that_fills_it_but_non
     with pytest.raises(
         PolicyError, match=r"no observation\.state: its inputs come from LeRobot's aloha observation \(agent_pos\)"
     ):
-        _check_inputs(loaded, {"observation.images.top": 0}, {"top": 0})
+        _check_inputs(loaded, {"observation.images.top": 0, "observation.images.wrist": 0}, {"top": 0})
