@@ -402,6 +402,44 @@ SIX_DEEP = {"a": {"b": {"c": {"d": {"e": {"f": np.zeros(3, np.float32)}}}}}, "in
 """Deeper than any built-in benchmark's today, with few values."""
 
 
+@pytest.mark.parametrize(
+    ("version", "shown"),
+    [
+        (np.zeros((4, 4, 3), np.uint8), "ndarray"),  # a decoded image (a fuzzed frame gave one)
+        (True, "True"),  # equal to 1 in Python, not the protocol's version
+        ({"major": 1}, "dict"),
+        ("1", "'1'"),
+        (None, "None"),
+    ],
+)
+def test_a_hello_of_any_other_version_is_a_bad_request_naming_it(version: Any, shown: str) -> None:
+    """A harness's ``hello`` says protocol version 1 or is refused as a bad request that names what
+    it said, never a server error, and the connection serves on."""
+    served = InProcessServer("vla-eval")
+    try:
+        hello = vla_eval_wire.pack_frame("hello", {"protocol_version": version}, 7)
+        replies = served.feed([hello, vla_eval_wire.pack_frame("hello", {"protocol_version": 1}, 8)])
+        refused, answered = (vla_eval_wire.unpack_frame(reply, 2**20) for reply in replies)
+        assert refused == (
+            "error",
+            {"error": f"bad_request: this server speaks protocol version 1, the harness {shown}"},
+            7,
+        )
+        assert answered[0] == "hello" and answered[2] == 8
+    finally:
+        served.close()
+
+
+def test_a_hello_says_this_protocols_version_only_as_the_integer_one() -> None:
+    """What both ends read of a peer's ``hello`` (``wire.hello_version``): the integer 1, not
+    ``true``, ``1.0`` or an array; anything else shown short, by type where it is not a scalar."""
+    assert vla_eval_wire.hello_version({"protocol_version": 1}) is None
+    assert vla_eval_wire.hello_version({}) == "None"
+    assert vla_eval_wire.hello_version({"protocol_version": 1.0}) == "1.0"
+    assert vla_eval_wire.hello_version({"protocol_version": np.ones(3)}) == "ndarray"
+    assert vla_eval_wire.hello_version({"protocol_version": "x" * 100}) == repr("x" * 100)[:40]
+
+
 def _nested(levels: int) -> dict[str, Any]:
     obs: dict[str, Any] = {"leaf": np.zeros(2)}
     for _ in range(levels - 1):

@@ -120,11 +120,11 @@ class VlaEvalPolicy(RemoteClient):
             self._drop()
             detail = payload.get("error", kind)
             raise ServerError(f"{self.remote.url} answered the hello with {detail!r}")
-        if payload.get("protocol_version") != wire.VERSION:
+        version = wire.hello_version(payload)
+        if version is not None:
             self._drop()
             raise ServerError(
-                f"{self.remote.url} speaks vla-eval protocol version {payload.get('protocol_version')}; "
-                f"this client speaks version {wire.VERSION}"
+                f"{self.remote.url} speaks vla-eval protocol version {version}; this client speaks version {wire.VERSION}"
             )
         capabilities = payload.get("capabilities")
         if isinstance(capabilities, dict) and capabilities.get("shared_memory") is True:  # ours

@@ -90,9 +90,9 @@ class _HarnessSession:
             await self.connection.send(wire.error_frame(f"server_error: {type(exc).__name__}: {exc}", seq))
 
     async def _hello(self, payload: dict[str, Any], seq: int) -> None:
-        version = payload.get("protocol_version")
-        if version != wire.VERSION:
-            raise ProtocolError(f"this server speaks protocol version {wire.VERSION}, the harness {version!r}")
+        version = wire.hello_version(payload)
+        if version is not None:
+            raise ProtocolError(f"this server speaks protocol version {wire.VERSION}, the harness {version}")
         engine = self.server.engine
         assert engine is not None  # connections are refused until the policy is loaded
         shared_memory = self.server.metadata["shared_memory"]

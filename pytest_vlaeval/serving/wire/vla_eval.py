@@ -126,6 +126,15 @@ def hello_payload(harness_version: str, **fields: Any) -> dict[str, Any]:
     return {"harness_version": harness_version, "protocol_version": VERSION, **fields}
 
 
+def hello_version(payload: dict[str, Any]) -> str | None:
+    """None when a ``hello`` says this protocol's version; else the version it says, for a one-line
+    error (a peer's value may be anything a frame can hold: an array, a map, ``true``)."""
+    version = payload.get("protocol_version")
+    if type(version) is int and version == VERSION:
+        return None
+    return repr(version)[:40] if isinstance(version, int | float | str | None) else type(version).__name__
+
+
 def to_wire_observation(view: dict[str, Any], image_format: str = "raw") -> dict[str, Any]:
     """A policy view (numpy) as vla-eval's observation: each camera of ``rgb`` an HWC image."""
     wire: dict[str, Any] = {}
