@@ -83,9 +83,7 @@ class _Loaded:
     inference draws nothing."""
     chunks: Any
     """``chunks.Chunks`` of the policy's type, or None where batched inference does not serve it."""
-    env_type: str
-    env_observation: tuple[str, ...]
-    """The keys of the observation of LeRobot's env of ``env_type``, which the checkpoint's inputs come from."""
+    inputs: _Inputs
     split_checked: set[int] = field(default_factory=set)
     """The batch sizes whose split of the processors' output was checked (``_split_batch``)."""
     threads: Threads = field(default_factory=Threads)
@@ -144,8 +142,7 @@ def _load(path: str, env_type: str) -> _Loaded:
         digest=_weights_digest(path),
         draws=None if policy.config.type in DRAW_NOTHING else draws,
         chunks=CHUNKS.get(policy.config.type),
-        env_type=env_type,
-        env_observation=tuple(key for key in env_cfg.features if key != ACTION),
+        inputs=_Inputs.of(policy.config, env_type, tuple(key for key in env_cfg.features if key != ACTION)),
     )
 
 
@@ -338,7 +335,7 @@ def _processed(loaded: _Loaded, observations: Sequence[dict[str, Any]]) -> Any:
     observation = loaded.preprocess_observation(_stacked(observations))
     observation["task"] = [obs.get("instruction", "") for obs in observations]
     observation = loaded.env_preprocessor(observation)
-    _check_inputs(loaded, observation, observations[0])
+    loaded.inputs.check(observation, observations[0])
     return loaded.preprocessor(observation)
 
 
@@ -350,26 +347,46 @@ EVERY_IMAGE = ("act", "diffusion", "multi_task_dit", "vqbet")
 (pi0 and SmolVLA fill the rest, GR00T stacks those there)."""
 
 
-def _check_inputs(loaded: _Loaded, observation: dict[str, Any], raw: dict[str, Any]) -> None:
-    """``PolicyError`` unless the observation, in LeRobot's keys and before the checkpoint's own
-    processors (which may pack or drop them), holds each non-image input the checkpoint takes and
-    its images (one of them, for a type that takes the cameras given): an observation of another
-    layout (a served client of another benchmark) would otherwise fail deep in the policy, on a
-    bare key. ``raw`` is the observation as the client sent it, named in the error."""
-    config = loaded.policy.config
-    images = config.image_features
-    absent = [key for key in config.input_features if key not in observation]
-    if config.type not in EVERY_IMAGE and any(key in observation for key in images):
-        absent = [key for key in absent if key not in images]
-    if absent:
-        sent = [terminal_safe(str(key)) for key in itertools.islice(raw, KEYS_SHOWN)]
-        more = ", ..." if len(raw) > KEYS_SHOWN else ""
-        raise PolicyError(
-            f"the observation ({', '.join(sent)}{more}) gives the checkpoint no "
-            f"{', '.join(terminal_safe(key) for key in absent)}: its inputs come from LeRobot's "
-            f"{loaded.env_type} observation ({', '.join(loaded.env_observation)}); serve it to episodes "
-            "of the benchmark it was trained on"
+@dataclass(frozen=True)
+class _Inputs:
+    """What a checkpoint takes of an observation in LeRobot's keys, read once from its config, and
+    the observation of LeRobot's env they come from (named when they are not there)."""
+
+    keys: tuple[str, ...]
+    images: frozenset[str]
+    every_image: bool
+    """Whether the model reads each image (else one of them is enough: it takes the cameras given)."""
+    env_type: str
+    env_observation: tuple[str, ...]
+
+    @classmethod
+    def of(cls, config: Any, env_type: str, env_observation: tuple[str, ...]) -> _Inputs:
+        return cls(
+            tuple(config.input_features),
+            frozenset(config.image_features),
+            config.type in EVERY_IMAGE,
+            env_type,
+            env_observation,
         )
+
+    def check(self, observation: dict[str, Any], raw: dict[str, Any]) -> None:
+        """``PolicyError`` unless ``observation``, in LeRobot's keys and before the checkpoint's own
+        processors (which may pack or drop them), holds each input the checkpoint needs: an
+        observation of another layout (a served client of another benchmark) would otherwise fail
+        deep in the policy, on a bare key. ``raw`` is the observation as the client sent it, named
+        in the error."""
+        absent = [key for key in self.keys if key not in observation]
+        if not self.every_image and any(key in observation for key in self.images):
+            absent = [key for key in absent if key not in self.images]
+        if absent:
+            sent = [terminal_safe(str(key)) for key in itertools.islice(raw, KEYS_SHOWN)]
+            more = ", ..." if len(raw) > KEYS_SHOWN else ""
+            raise PolicyError(
+                f"the observation ({', '.join(sent)}{more}) gives the checkpoint no "
+                f"{', '.join(terminal_safe(key) for key in absent)}: its inputs come from LeRobot's "
+                f"{self.env_type} observation ({', '.join(self.env_observation)}); serve it to episodes "
+                "of the benchmark it was trained on"
+            )
 
 
 def _stacked(observations: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -30,12 +31,17 @@ def stored_lines(results: Path) -> int:
     return sum(len(log.read_text().splitlines()) for log in results.glob("*/episodes/*.jsonl"))
 
 
-def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> None:
+def wait_until(done: Callable[[], bool], proc: subprocess.Popen[str], failure: str) -> None:
+    """Until ``done()``; fails with ``failure``, and the session's output if it ended first."""
     deadline = time.monotonic() + HANG_GUARD_S
-    while stored_lines(results) < count:
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no episode finished"
+    while not done():
+        assert proc.poll() is None, f"{failure}; the session ended: {proc.communicate()[0]}"
+        assert time.monotonic() < deadline, failure
         time.sleep(0.05)
+
+
+def wait_for_records(results: Path, count: int, proc: subprocess.Popen[str]) -> None:
+    wait_until(lambda: stored_lines(results) >= count, proc, "no episode finished")
 
 
 def as_from_a_terminal() -> None:
@@ -94,20 +100,13 @@ def test_a_termination_signal_stops_the_session_as_ctrl_c_does(
     assert not alive, f"left running: {alive}"
 
 
-def wait_for_file(path: Path, proc: subprocess.Popen[str], failure: str) -> None:
-    """Until ``path`` exists; fails with ``failure`` if the session ends first or takes too long."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not path.exists():
-        assert time.monotonic() < deadline and proc.poll() is None, failure
-        time.sleep(0.05)
-
-
 def test_a_second_termination_signal_ends_the_session_at_once(fake: pytest.Pytester) -> None:
     proc = session(fake, "--policy=spy_policies:Stubborn")
     wait_for_records(fake.path / "results", 1, proc)
-    wait_for_file(fake.path / "waiting-for-interrupt", proc, "the second episode never reached its first step")
+    waiting, swallowed = fake.path / "waiting-for-interrupt", fake.path / "interrupt-swallowed"
+    wait_until(waiting.exists, proc, "the second episode never reached its first step")
     proc.send_signal(signal.SIGTERM)
-    wait_for_file(fake.path / "interrupt-swallowed", proc, "the first signal did not interrupt")
+    wait_until(swallowed.exists, proc, "the first signal did not interrupt")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == -signal.SIGTERM

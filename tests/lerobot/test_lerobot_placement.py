@@ -142,15 +142,16 @@ def test_an_observation_of_another_benchmark_is_one_line_naming_what_the_checkpo
     try:
         foreign = {"rgb": np.zeros((64, 64, 3), np.uint8), "joints": np.zeros(9, np.float32), "instruction": "pick"}
         pusht = {"pixels": np.full((96, 96, 3), 128, np.uint8), "agent_pos": np.array([100.0, 200.0])}
-        for seed, obs in enumerate((foreign, {**pusht, "rgb": foreign["rgb"], "agent_pos": None})):
+        no_state = {"pixels": pusht["pixels"], "rgb": foreign["rgb"]}
+        wrong = [(foreign, "observation.image, observation.state"), (no_state, "observation.state")]
+        for seed, (obs, missing) in enumerate(wrong):
             policy = connect_policy(parse_remote_spec(server.url), 2)
             policy.reset(EpisodeInfo(task="other", seed=seed, instruction="pick", episode_index=seed, max_steps=1))
             with pytest.raises(PolicyError) as raised:
-                policy.act({key: value for key, value in obs.items() if value is not None})
+                policy.act(obs)
             policy.close()
             message = str(raised.value)
             assert "\n" not in message and "KeyError" not in message, message
-            missing = "observation.image, observation.state" if seed == 0 else "observation.state"
             assert f"gives the checkpoint no {missing}: its inputs come from LeRobot's pusht observation" in message
             assert "(agent_pos, pixels)" in message, message
         policy = connect_policy(parse_remote_spec(server.url), 2)

@@ -368,6 +368,8 @@ def _gone(pid: int) -> bool:
 def scaling_checkpoint(torch: Any, extra: dict[str, Any] | None = None) -> SimpleNamespace:
     """What ``_policy_inputs`` reads of a loaded checkpoint, with element-wise processors (uint8
     images to [0, 1]) whose output gains ``extra``."""
+    from pytest_vlaeval.lerobot.policy import _Inputs
+
     return SimpleNamespace(
         preprocess_observation=lambda arrays: {
             key: torch.from_numpy(value) / 255 if value.dtype == np.uint8 else torch.from_numpy(value)
@@ -376,7 +378,7 @@ def scaling_checkpoint(torch: Any, extra: dict[str, Any] | None = None) -> Simpl
         env_preprocessor=lambda observation: observation,
         preprocessor=lambda observation: {**observation, **(extra or {})},
         split_checked=set(),
-        policy=SimpleNamespace(config=SimpleNamespace(type="act", input_features={"pixels": None}, image_features={})),
+        inputs=_Inputs(("pixels",), frozenset(), True, "pusht", ("pixels",)),
     )
 
 
@@ -430,24 +432,24 @@ def test_an_observation_short_of_a_camera_reaches_only_a_policy_that_takes_the_c
     another benchmark for either: one line naming what is missing, checked before the checkpoint's
     processors (which may pack images away)."""
     from pytest_vlaeval.errors import PolicyError
-    from pytest_vlaeval.lerobot.policy import _check_inputs
+    from pytest_vlaeval.lerobot.policy import _Inputs
 
     images = {"observation.images.top": None, "observation.images.wrist": None}
     config = SimpleNamespace(type=kind, input_features={**images, "observation.state": None}, image_features=images)
-    loaded = SimpleNamespace(policy=SimpleNamespace(config=config), env_type="aloha", env_observation=("agent_pos",))
+    inputs = _Inputs.of(config, "aloha", ("agent_pos",))
     one_camera = {"observation.images.top": 0, "observation.state": 0}
     if kind == "act":
         with pytest.raises(
             PolicyError, match=r"\(top, agent_pos\) gives the checkpoint no observation\.images\.wrist: its"
         ):
-            _check_inputs(loaded, one_camera, {"top": 0, "agent_pos": 0})
+            inputs.check(one_camera, {"top": 0, "agent_pos": 0})
     else:
-        _check_inputs(loaded, one_camera, {"top": 0, "agent_pos": 0})
+        inputs.check(one_camera, {"top": 0, "agent_pos": 0})
     with pytest.raises(
         PolicyError, match=r"\(rgb\) gives the checkpoint no observation\.images\.top, observation\.images\.wrist: its"
     ):
-        _check_inputs(loaded, {"observation.state": 0}, {"rgb": 0})
+        inputs.check({"observation.state": 0}, {"rgb": 0})
     with pytest.raises(
         PolicyError, match=r"no observation\.state: its inputs come from LeRobot's aloha observation \(agent_pos\)"
     ):
-        _check_inputs(loaded, {"observation.images.top": 0, "observation.images.wrist": 0}, {"top": 0})
+        inputs.check({"observation.images.top": 0, "observation.images.wrist": 0}, {"top": 0})

@@ -431,13 +431,13 @@ def test_a_hello_of_any_other_version_is_a_bad_request_naming_it(version: Any, s
 
 
 def test_a_hello_says_this_protocols_version_only_as_the_integer_one() -> None:
-    """What both ends read of a peer's ``hello`` (``wire.hello_version``): the integer 1, not
+    """What both ends read of a peer's ``hello`` (``wire.other_version``): the integer 1, not
     ``true``, ``1.0`` or an array; anything else shown short, by type where it is not a scalar."""
-    assert vla_eval_wire.hello_version({"protocol_version": 1}) is None
-    assert vla_eval_wire.hello_version({}) == "None"
-    assert vla_eval_wire.hello_version({"protocol_version": 1.0}) == "1.0"
-    assert vla_eval_wire.hello_version({"protocol_version": np.ones(3)}) == "ndarray"
-    assert vla_eval_wire.hello_version({"protocol_version": "x" * 100}) == repr("x" * 100)[:40]
+    assert vla_eval_wire.other_version({"protocol_version": 1}) is None
+    assert vla_eval_wire.other_version({}) == "None"
+    assert vla_eval_wire.other_version({"protocol_version": 1.0}) == "1.0"
+    assert vla_eval_wire.other_version({"protocol_version": np.ones(3)}) == "ndarray"
+    assert vla_eval_wire.other_version({"protocol_version": "x" * 100}) == repr("x" * 100)[:40]
 
 
 def _nested(levels: int) -> dict[str, Any]:

@@ -120,7 +120,7 @@ class VlaEvalPolicy(RemoteClient):
             self._drop()
             detail = payload.get("error", kind)
             raise ServerError(f"{self.remote.url} answered the hello with {detail!r}")
-        version = wire.hello_version(payload)
+        version = wire.other_version(payload)
         if version is not None:
             self._drop()
             raise ServerError(

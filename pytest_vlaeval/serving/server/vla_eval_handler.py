@@ -90,7 +90,7 @@ class _HarnessSession:
             await self.connection.send(wire.error_frame(f"server_error: {type(exc).__name__}: {exc}", seq))
 
     async def _hello(self, payload: dict[str, Any], seq: int) -> None:
-        version = wire.hello_version(payload)
+        version = wire.other_version(payload)
         if version is not None:
             raise ProtocolError(f"this server speaks protocol version {wire.VERSION}, the harness {version}")
         engine = self.server.engine

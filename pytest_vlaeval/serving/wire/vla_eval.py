@@ -126,9 +126,10 @@ def hello_payload(harness_version: str, **fields: Any) -> dict[str, Any]:
     return {"harness_version": harness_version, "protocol_version": VERSION, **fields}
 
 
-def hello_version(payload: dict[str, Any]) -> str | None:
-    """None when a ``hello`` says this protocol's version; else the version it says, for a one-line
-    error (a peer's value may be anything a frame can hold: an array, a map, ``true``)."""
+def other_version(payload: dict[str, Any]) -> str | None:
+    """The version a peer's ``hello`` says, shown short for a one-line error, when it is not this
+    protocol's (the integer 1); None when it is. The value may be anything a frame can hold: an
+    array, a map, ``true``."""
     version = payload.get("protocol_version")
     if type(version) is int and version == VERSION:
         return None
