@@ -4,13 +4,22 @@ render device. ``vlaeval install lerobot`` makes the interpreter LeRobot's polic
 
 Nothing outside the interpreter changes unless ``--system-deps`` asks for the Debian packages
 (software Vulkan or Mesa's EGL). Re-running is fast: only unmet steps run.
+
+``vlaeval install A B C`` installs several: the Debian packages first, one apt-get at a time; then
+this interpreter's stacks one after another (they share its site-packages) while each stack with an
+interpreter of its own installs beside them, as many at a time as the machine has cores. Installing
+is mostly one core's work (unpacking, compiling), so two cores nearly halve a fresh set-up.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pytest_vlaeval.benchmark.install import Stack
@@ -27,16 +36,22 @@ PREFIX = "vlaeval install:"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "stack",
-        nargs="?",
-        choices=stacks(),
-        help="the benchmark whose simulator stack to install, or lerobot (its policies)",
+        "stacks",
+        nargs="*",
+        metavar="STACK",  # no choices=: argparse before 3.12 checks an empty list against them; run() checks
+        help="the benchmarks whose simulator stacks to install, or lerobot (its policies); several install "
+        f"at the same time where they can: {', '.join(stacks())}",
     )
     parser.add_argument("--list", action="store_true", help="print the stacks it installs, one a line, and stop")
     parser.add_argument(
         "--system-deps", action="store_true", help="also install the Debian packages it needs (apt-get; root or sudo)"
     )
     parser.add_argument("--check", action="store_true", help="change nothing: only check what is installed")
+    parser.add_argument(
+        "--packages-only",
+        action="store_true",
+        help="install the packages and stop: no data files, no check (a later run does both)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands it would run, run none")
     parser.add_argument(
         "--own-interpreter",
@@ -53,6 +68,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_source_options(parser)
 
 
+def for_stack(args: argparse.Namespace, name: str) -> argparse.Namespace:
+    """The command's options for one of its stacks (``args.stack``)."""
+    return argparse.Namespace(**{**vars(args), "stack": name})
+
+
 def target(args: argparse.Namespace) -> str | None:
     """The interpreter the stack goes into: None for this one, else its own interpreter's python."""
     stack = stacks()[args.stack]
@@ -61,15 +81,37 @@ def target(args: argparse.Namespace) -> str | None:
     return None
 
 
+def system_commands(stack: Stack) -> list[installer.Command] | str:
+    """The apt commands that put the stack's Debian packages in place (none when they are), or one
+    line saying why there can be none."""
+    debian = installer.read_debian()
+    if debian is None:
+        return f"--system-deps needs apt-get (Debian or Ubuntu); install {', '.join(stack.system_packages)} with this machine's package manager"
+    return installer.system_plan(stack, debian)
+
+
+def run_commands(commands: list[installer.Command], dry_run: bool) -> int:
+    """Each command, said first; the first that fails ends the run with a line saying so."""
+    for command in commands:
+        print(f"{PREFIX} {command.why}\n  $ {command}", flush=True)
+        if dry_run:
+            continue
+        status = subprocess.run(command.argv, input=command.stdin, text=True).returncode
+        if status != 0:
+            print(f"{PREFIX} `{command}` failed (exit {status}); fix what it says above and run again")
+            return 1
+    return 0
+
+
 def plan(args: argparse.Namespace) -> list[installer.Command] | str:
     """The commands to run, or one line saying why there can be none."""
     stack = stacks()[args.stack]
     commands = []
     if args.system_deps:
-        debian = installer.read_debian()
-        if debian is None:
-            return f"--system-deps needs apt-get (Debian or Ubuntu); install {', '.join(stack.system_packages)} with this machine's package manager"
-        commands += installer.system_plan(stack, debian)
+        system = system_commands(stack)
+        if isinstance(system, str):
+            return system
+        commands += system
     python = target(args)
     if python is None:
         python = sys.executable
@@ -96,11 +138,18 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         print("\n".join(stacks()))
         return 0
-    if args.stack is None:
+    if not args.stacks:
         print(f"{PREFIX} name a stack: {', '.join(stacks())} (or --list)")
         return 2
+    unknown = [name for name in args.stacks if name not in stacks()]
+    if unknown:
+        print(f"{PREFIX} no stack named {', '.join(map(repr, unknown))}: choose from {', '.join(stacks())}")
+        return 2
+    names = list(dict.fromkeys(args.stacks))
+    if len(names) > 1:
+        return install_several(args, names)
     try:
-        return install(args)
+        return install(for_stack(args, names[0]))
     except SpecError as exc:  # no Python to make its interpreter with, or that one is not a Python
         print(f"{PREFIX} {exc}")
         return 1
@@ -148,17 +197,11 @@ def install(args: argparse.Namespace) -> int:
         if isinstance(commands, str):
             print(f"{PREFIX} {commands}")
             return 1
-        for command in commands:
-            print(f"{PREFIX} {command.why}\n  $ {command}", flush=True)
-            if args.dry_run:
-                continue
-            status = subprocess.run(command.argv, input=command.stdin, text=True).returncode
-            if status != 0:
-                print(f"{PREFIX} `{command}` failed (exit {status}); fix what it says above and run again")
-                return 1
+        if run_commands(commands, args.dry_run):
+            return 1
         if not commands:
             print(f"{PREFIX} the {stack.name} packages are in place")
-        if args.dry_run:
+        if args.dry_run or args.packages_only:
             return 0
     search = interpreters.site_packages(Path(python)) if python is not None else None
     for line in (
@@ -192,3 +235,101 @@ def install(args: argparse.Namespace) -> int:
         return 1
     print(f"{PREFIX} {stack.name} is ready in {python or sys.executable}")
     return 0
+
+
+# -- several stacks at once -------------------------------------------------------------------
+
+
+def install_several(args: argparse.Namespace, names: list[str]) -> int:
+    """Install ``names`` (see the module's docstring), each in a ``vlaeval install NAME`` process of
+    its own whose lines are prefixed with ``[NAME]``; a line per stack at the end says how it went.
+
+    An interpreter of its own mirrors this one's pytest plugins, and this interpreter's stacks may
+    bring more (ManiSkill brings typeguard's): those stacks install with ``--packages-only`` beside
+    this interpreter's, then, once every lane is done, again in full (only unmet steps run) with
+    their data files and check."""
+    installing = not (args.check or args.dry_run or args.packages_only)
+    if args.system_deps and not (args.check or args.dry_run):
+        for name in names:
+            commands = system_commands(stacks()[name])
+            if isinstance(commands, str):
+                print(f"{PREFIX} {commands}")
+                return 1
+            if run_commands(commands, dry_run=False):
+                return 1
+    lanes = install_lanes(args, names)
+    own = [name for name in names if installing and target(for_stack(args, name)) is not None]
+    say = threading.Lock()
+
+    def install_lane(lane: list[str]) -> list[tuple[str, int]]:
+        return _install_lane(lane, say, args, ["--packages-only"] if lane[0] in own else [])
+
+    statuses = dict(_in_parallel(install_lane, lanes))
+    if own:
+        finishing = [[name] for name in own if statuses[name] == 0]
+        statuses.update(_in_parallel(lambda lane: _install_lane(lane, say, args, []), finishing))
+    for name in names:
+        status = statuses.get(name)
+        if status is None:
+            print(f"{PREFIX} {name}: not run (a stack before it in this interpreter failed)")
+        elif status != 0:
+            print(f"{PREFIX} {name}: FAILED (exit {status}); its lines above begin [{name}]")
+    return 0 if all(statuses.get(name) == 0 for name in names) else 1
+
+
+def _in_parallel(
+    install_lane: Callable[[list[str]], list[tuple[str, int]]], lanes: list[list[str]]
+) -> list[tuple[str, int]]:
+    """Each lane's statuses, as many lanes at a time as the machine has cores, started in order."""
+    if not lanes:
+        return []
+    with ThreadPoolExecutor(min(len(lanes), os.cpu_count() or 1)) as pool:
+        return [status for lane in pool.map(install_lane, lanes) for status in lane]
+
+
+def install_lanes(args: argparse.Namespace, names: list[str]) -> list[list[str]]:
+    """The stacks in lanes, in the order they start: this interpreter's in one (they share its
+    site-packages), then each with an interpreter of its own alone, the policy stack (LeRobot's, the
+    largest: four minutes of a fresh set-up's eight) first so that it never starts last."""
+    here = [name for name in names if target(for_stack(args, name)) is None]
+    own = sorted((name for name in names if name not in here), key=lambda name: not stacks()[name].policy)
+    return [lane for lane in (here, *([name] for name in own)) if lane]
+
+
+def _install_lane(
+    lane: list[str], say: threading.Lock, args: argparse.Namespace, extra: list[str]
+) -> list[tuple[str, int]]:
+    """The lane's stacks one after another, until one fails; each stack's exit status."""
+    statuses = []
+    for name in lane:
+        command = [sys.executable, "-m", "pytest_vlaeval", "install", name, *_one_stack_options(args), *extra]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                with say:
+                    print(f"[{name}] {line}", end="", flush=True)
+        statuses.append((name, proc.returncode))
+        if proc.returncode != 0:
+            break
+    return statuses
+
+
+def _one_stack_options(args: argparse.Namespace) -> list[str]:
+    """The options of ``vlaeval install NAME`` for one of several stacks: the same, but for the
+    Debian packages, which ``install_several`` has put in place before (apt-get runs one at a time)."""
+    flags = {
+        "check": "--check",
+        "dry_run": "--dry-run",
+        "packages_only": "--packages-only",
+        "own_interpreter": "--own-interpreter",
+        "force": "--force",
+    }
+    options = [flag for dest, flag in flags.items() if getattr(args, dest)]
+    if args.system_deps and (args.check or args.dry_run):
+        options.append("--system-deps")
+    if args.python is not None:
+        options += ["--python", args.python]
+    if args.source is not None:
+        options += ["--from", str(args.source)]
+    return options

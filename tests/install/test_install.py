@@ -74,6 +74,100 @@ def test_the_only_console_script_is_vlaeval() -> None:
     assert scripts == {"vlaeval"}
 
 
+def test_an_unknown_stack_is_one_line_naming_the_choices() -> None:
+    result = vlaeval("install", "pusht", "no-such\x1b[2J")
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [
+        f"vlaeval install: no stack named 'no-such\\x1b[2J': choose from {', '.join(stacks())}"
+    ]
+
+
+# -- several stacks at once -------------------------------------------------------------------
+
+
+def test_several_stacks_install_debian_packages_first_then_lanes_then_own_interpreters_in_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """apt-get for every stack, one after another, before any stack installs; then every lane, the
+    interpreters of their own with their packages only; then those again in full (their check
+    sees this interpreter's plugins as its stacks left them)."""
+    events: list[tuple] = []
+    monkeypatch.setattr(command, "system_commands", lambda stack: [installer.Command(stack.name, ("true",))])
+    monkeypatch.setattr(command, "run_commands", lambda commands, dry_run: events.append(("apt", commands[0].why)))
+
+    def lane(names: list[str], say: object, args: argparse.Namespace, extra: list[str]) -> list[tuple[str, int]]:
+        events.append((*names, *extra))
+        return [(name, 0) for name in names]
+
+    monkeypatch.setattr(command, "_install_lane", lane)
+    names = ["mikasa", "pusht", "aloha", "libero", "metaworld", "lerobot"]
+    args = argparse.Namespace(
+        stacks=names, system_deps=True, own_interpreter=False, check=False, dry_run=False, packages_only=False
+    )
+    assert command.install_several(args, names) == 0
+    assert events[:6] == [("apt", name) for name in names]
+    packages = [(name, "--packages-only") for name in ("aloha", "lerobot", "metaworld")]
+    assert sorted(events[6:10]) == sorted([("mikasa", "pusht", "libero"), *packages])
+    assert sorted(events[10:]) == [("aloha",), ("lerobot",), ("metaworld",)]
+
+
+def test_each_of_several_stacks_gets_every_option_but_the_debian_packages() -> None:
+    """A new option of ``vlaeval install`` reaches the per-stack commands, or this fails."""
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    flags = ["--check", "--dry-run", "--packages-only", "--own-interpreter", "--force"]
+    args = parser.parse_args(["pusht", "aloha", *flags, "--python", "py", "--from", "/assets", "--system-deps"])
+    options = command._one_stack_options(args)
+    expected = [*flags, "--system-deps", "--python", "py", "--from", "/assets"]
+    assert options == expected, "--system-deps kept in a run that installs nothing"
+    told = {o for action in parser._actions for o in action.option_strings}
+    assert told - {"-h", "--help", "--list", "--system-deps"} <= set(options)
+    installing = parser.parse_args(["pusht", "aloha", "--system-deps"])
+    assert command._one_stack_options(installing) == [], "apt-get ran before, one at a time"
+
+
+def test_lanes_keep_this_interpreters_stacks_together_and_start_the_policy_stack_early() -> None:
+    names = ["mikasa", "pusht", "aloha", "libero", "metaworld", "lerobot"]
+    args = argparse.Namespace(own_interpreter=False)
+    assert command.install_lanes(args, names) == [
+        ["mikasa", "pusht", "libero"],
+        ["lerobot"],
+        ["aloha"],
+        ["metaworld"],
+    ]
+    assert command.install_lanes(args, ["aloha", "lerobot"]) == [["lerobot"], ["aloha"]]
+    every_own = command.install_lanes(argparse.Namespace(own_interpreter=True), ["pusht", "libero"])
+    assert every_own == [["pusht"], ["libero"]], "--own-interpreter: no site-packages shared"
+
+
+def test_several_stacks_checked_at_once_say_which_failed_and_which_never_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real ``vlaeval install`` processes: Meta-World's interpreter is not Python (its lane fails),
+    pusht's check fails on a --python meant for another interpreter, so libero after it in this
+    interpreter's lane never runs; every line of a stack carries its name."""
+    monkeypatch.setenv(interpreters.INTERPRETER_DIR_ENV, str(tmp_path))
+    (tmp_path / "metaworld" / "bin").mkdir(parents=True)
+    (tmp_path / "metaworld" / "bin" / "python").symlink_to("/bin/sh")
+    result = vlaeval("install", "pusht", "libero", "metaworld", "--check", "--python", "/bin/sh")
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert f"[metaworld] vlaeval install: the interpreter at {tmp_path / 'metaworld'} does not run; " in "\n".join(
+        lines
+    )
+    assert (
+        "[pusht] vlaeval install: --python makes an interpreter of its own: add --own-interpreter to install pusht there"
+        in lines
+    )
+    assert not [line for line in lines if line.startswith("[libero]")]
+    assert lines[-3:] == [
+        "vlaeval install: pusht: FAILED (exit 1); its lines above begin [pusht]",
+        "vlaeval install: libero: not run (a stack before it in this interpreter failed)",
+        "vlaeval install: metaworld: FAILED (exit 1); its lines above begin [metaworld]",
+    ]
+    assert all(line.startswith(("[pusht] ", "[metaworld] ", "vlaeval install: ")) for line in lines), lines
+
+
 # -- the pip plan -----------------------------------------------------------------------------
 
 
@@ -170,7 +264,9 @@ def test_vlaeval_install_is_advised_only_for_an_interpreter_it_makes(name: str) 
     command.configure(parser)
     words = shlex.split(advice)
     assert words[:2] == ["vlaeval", "install"]
-    assert command.target(parser.parse_args(words[2:])) == str(interpreters.interpreter_python(name))
+    parsed = parser.parse_args(words[2:])
+    assert parsed.stacks == [name]
+    assert command.target(command.for_stack(parsed, name)) == str(interpreters.interpreter_python(name))
 
 
 def test_a_stack_in_this_environment_ends_with_its_finish_step_here(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,7 +305,7 @@ def test_an_interpreter_of_its_own_that_is_not_python_is_one_line(
     (tmp_path / "pusht" / "bin").mkdir(parents=True)
     (tmp_path / "pusht" / "bin" / "python").symlink_to("/bin/sh")
     args = argparse.Namespace(
-        stack="pusht", system_deps=False, own_interpreter=True, check=False, dry_run=True, python=None, list=False
+        stacks=["pusht"], system_deps=False, own_interpreter=True, check=False, dry_run=True, python=None, list=False
     )
     assert command.run(args) == 1
     (line,) = capsys.readouterr().out.splitlines()
@@ -232,7 +328,7 @@ def test_the_check_of_an_interpreter_of_its_own_advises_that_install_and_names_a
     metadata = next((tmp_path / "pusht").glob("lib/python3*/site-packages/pytest_vlaeval-*.dist-info/METADATA"))
     metadata.write_text("Metadata-Version: 2.1\nName: pytest-vlaeval\nVersion: 0.0.1\n")
     args = argparse.Namespace(
-        stack="pusht", system_deps=False, own_interpreter=True, check=True, dry_run=False, python=None,
+        stacks=["pusht"], system_deps=False, own_interpreter=True, check=True, dry_run=False, python=None,
         source=None, force=False, list=False,
     )  # fmt: skip
     assert command.run(args) == 1
@@ -264,7 +360,7 @@ def test_the_check_of_a_stack_in_this_environment_runs_its_finish_check_here(
     monkeypatch.setattr(command, "install_assets", lambda *args, **kwargs: [])
     monkeypatch.setattr(command, "preflight_problem", lambda *args: None)
     args = argparse.Namespace(
-        stack="libero-plus", system_deps=False, own_interpreter=False, check=True, dry_run=False, python=None,
+        stacks=["libero-plus"], system_deps=False, own_interpreter=False, check=True, dry_run=False, python=None,
         source=None, force=False, list=False,
     )  # fmt: skip
     assert command.run(args) == 1

@@ -104,8 +104,8 @@ def test_every_stack_is_a_marker_registered_from_the_benchmark_files(pytestconfi
 
 
 def test_setup_sh_all_installs_every_stack_the_installer_lists(tmp_path: Path) -> None:
-    """``scripts/setup.sh --all`` (what ``scripts/test.sh`` runs) installs each stack once, the
-    test suite's two first; run against a venv whose ``vlaeval`` lists the real stacks and only
+    """``scripts/setup.sh --all`` (what ``scripts/test.sh`` runs) installs each stack once, in one
+    ``vlaeval install``, the test suite's two first; run against a venv whose ``vlaeval`` lists the real stacks and only
     records each install."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -115,13 +115,14 @@ def test_setup_sh_all_installs_every_stack_the_installer_lists(tmp_path: Path) -
     installed = tmp_path / "installed"
     (venv / "bin" / "vlaeval").write_text(
         f'#!/bin/sh\nif [ "$2" = --list ]; then exec {sys.executable} -m pytest_vlaeval install --list; fi\n'
-        f'echo "$2" >>{installed}\n'
+        f'shift; echo "$@" >>{installed}\n'
     )
     (venv / "bin" / "vlaeval").chmod(0o755)
     subprocess.run(
         ["bash", "scripts/setup.sh", "--all"], cwd=ROOT, env={**os.environ, "VLAEVAL_VENV": str(venv)}, check=True
     )
-    assert installed.read_text().split() == ["mikasa", "pusht", *(s for s in stacks() if s not in ("mikasa", "pusht"))]
+    (call,) = installed.read_text().splitlines()  # one command, which installs them side by side
+    assert call.split() == ["mikasa", "pusht", *(s for s in stacks() if s not in ("mikasa", "pusht")), "--system-deps"]
     assert "./scripts/setup.sh --all" in (ROOT / "scripts" / "test.sh").read_text()
 
 
