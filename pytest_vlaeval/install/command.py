@@ -46,13 +46,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--system-deps", action="store_true", help="also install the Debian packages it needs (apt-get; root or sudo)"
     )
-    parser.add_argument("--check", action="store_true", help="change nothing: only check what is installed")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="change nothing: only check what is installed")
+    mode.add_argument(
         "--packages-only",
         action="store_true",
         help="install the packages and stop: no data files, no check (a later run does both)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print the commands it would run, run none")
+    mode.add_argument("--dry-run", action="store_true", help="print the commands it would run, run none")
     parser.add_argument(
         "--own-interpreter",
         action="store_true",
@@ -69,7 +70,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def for_stack(args: argparse.Namespace, name: str) -> argparse.Namespace:
-    """The command's options for one of its stacks (``args.stack``)."""
+    """The command's options for one of its stacks: ``args.stack``, which the single-stack steps
+    (``target``, ``plan``, ``install``) read."""
     return argparse.Namespace(**{**vars(args), "stack": name})
 
 
@@ -84,9 +86,11 @@ def target(args: argparse.Namespace) -> str | None:
 def system_commands(stack: Stack) -> list[installer.Command] | str:
     """The apt commands that put the stack's Debian packages in place (none when they are), or one
     line saying why there can be none."""
+    if not stack.system_packages:
+        return []
     debian = installer.read_debian()
     if debian is None:
-        return f"--system-deps needs apt-get (Debian or Ubuntu); install {', '.join(stack.system_packages)} with this machine's package manager"
+        return f"--system-deps needs apt-get (Debian or Ubuntu); install {', '.join(stack.system_packages)} (for {stack.name}) with this machine's package manager"
     return installer.system_plan(stack, debian)
 
 
@@ -242,13 +246,13 @@ def install(args: argparse.Namespace) -> int:
 
 def install_several(args: argparse.Namespace, names: list[str]) -> int:
     """Install ``names`` (see the module's docstring), each in a ``vlaeval install NAME`` process of
-    its own whose lines are prefixed with ``[NAME]``; a line per stack at the end says how it went.
+    its own whose lines begin ``[NAME]``; closing lines name each stack that failed or never ran.
 
     An interpreter of its own mirrors this one's pytest plugins, and this interpreter's stacks may
-    bring more (ManiSkill brings typeguard's): those stacks install with ``--packages-only`` beside
-    this interpreter's, then, once every lane is done, again in full (only unmet steps run) with
-    their data files and check."""
-    installing = not (args.check or args.dry_run or args.packages_only)
+    bring more (ManiSkill brings typeguard's). So while this interpreter's lane runs, those stacks
+    install their packages only; once every lane is done each runs again in full (from its first
+    unmet step: the plugins', then its later steps, which find their packages in place), and that
+    run's outcome is the stack's."""
     if args.system_deps and not (args.check or args.dry_run):
         for name in names:
             commands = system_commands(stacks()[name])
@@ -257,17 +261,17 @@ def install_several(args: argparse.Namespace, names: list[str]) -> int:
                 return 1
             if run_commands(commands, dry_run=False):
                 return 1
-    lanes = install_lanes(args, names)
-    own = [name for name in names if installing and target(for_stack(args, name)) is not None]
-    say = threading.Lock()
-
-    def install_lane(lane: list[str]) -> list[tuple[str, int]]:
-        return _install_lane(lane, say, args, ["--packages-only"] if lane[0] in own else [])
-
-    statuses = dict(_in_parallel(install_lane, lanes))
-    if own:
-        finishing = [[name] for name in own if statuses[name] == 0]
-        statuses.update(_in_parallel(lambda lane: _install_lane(lane, say, args, []), finishing))
+    lanes = lanes_for(args, names)
+    here = [name for name in names if target(for_stack(args, name)) is None]
+    installing = not (args.check or args.dry_run or args.packages_only)
+    again = [name for name in names if name not in here] if installing and here else []
+    runner = _LaneRunner(args)
+    try:
+        statuses = dict(runner.run(lanes, lambda name: ["--packages-only"] if name in again else []))
+        statuses.update(runner.run([[name] for name in again], lambda name: []))
+    except KeyboardInterrupt:
+        print(f"{PREFIX} interrupted; run the same command again (only unmet steps run)")
+        return 130
     for name in names:
         status = statuses.get(name)
         if status is None:
@@ -277,17 +281,7 @@ def install_several(args: argparse.Namespace, names: list[str]) -> int:
     return 0 if all(statuses.get(name) == 0 for name in names) else 1
 
 
-def _in_parallel(
-    install_lane: Callable[[list[str]], list[tuple[str, int]]], lanes: list[list[str]]
-) -> list[tuple[str, int]]:
-    """Each lane's statuses, as many lanes at a time as the machine has cores, started in order."""
-    if not lanes:
-        return []
-    with ThreadPoolExecutor(min(len(lanes), os.cpu_count() or 1)) as pool:
-        return [status for lane in pool.map(install_lane, lanes) for status in lane]
-
-
-def install_lanes(args: argparse.Namespace, names: list[str]) -> list[list[str]]:
+def lanes_for(args: argparse.Namespace, names: list[str]) -> list[list[str]]:
     """The stacks in lanes, in the order they start: this interpreter's in one (they share its
     site-packages), then each with an interpreter of its own alone, the policy stack (LeRobot's, the
     largest: four minutes of a fresh set-up's eight) first so that it never starts last."""
@@ -296,28 +290,76 @@ def install_lanes(args: argparse.Namespace, names: list[str]) -> list[list[str]]
     return [lane for lane in (here, *([name] for name in own)) if lane]
 
 
-def _install_lane(
-    lane: list[str], say: threading.Lock, args: argparse.Namespace, extra: list[str]
-) -> list[tuple[str, int]]:
-    """The lane's stacks one after another, until one fails; each stack's exit status."""
-    statuses = []
-    for name in lane:
-        command = [sys.executable, "-m", "pytest_vlaeval", "install", name, *_one_stack_options(args), *extra]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+class _LaneRunner:
+    """Runs lanes of ``vlaeval install NAME`` processes, as many lanes at a time as this process may
+    use cores; a lane goes on to its next stack only while each before it succeeded."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.say = threading.Lock()
+        self.stopping = threading.Event()
+        self.running: set[subprocess.Popen[str]] = set()
+
+    def run(self, lanes: list[list[str]], extra: Callable[[str], list[str]]) -> list[tuple[str, int]]:
+        """Each lane's stacks' exit statuses; ``extra(name)``: more options for that stack."""
+        if not lanes:
+            return []
+        with ThreadPoolExecutor(min(len(lanes), len(os.sched_getaffinity(0)))) as pool:
+            try:
+                return [status for lane in pool.map(lambda lane: self._lane(lane, extra), lanes) for status in lane]
+            except KeyboardInterrupt:
+                self.stop()  # before the pool waits for its lanes
+                raise
+
+    def stop(self) -> None:
+        """No lane starts another stack; the running ones end (Ctrl-C reached them already, or not)."""
+        with self.say:
+            self.stopping.set()
+            for proc in self.running:
+                proc.terminate()
+
+    def _lane(self, lane: list[str], extra: Callable[[str], list[str]]) -> list[tuple[str, int]]:
+        statuses = []
+        for name in lane:
+            status = None if self.stopping.is_set() else self._one(name, extra(name))
+            if status is None:
+                break
+            statuses.append((name, status))
+            if status != 0:
+                break
+        return statuses
+
+    def _one(self, name: str, extra: list[str]) -> int:
+        """``vlaeval install NAME``, its lines (stdout and stderr) printed whole, each begun ``[NAME]``;
+        no input (a prompt would wait unseen), bytes that are not UTF-8 replaced."""
+        command = [sys.executable, "-m", "pytest_vlaeval", "install", name, *stack_options(self.args, name), *extra]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PIP_NO_INPUT": "1"}
+        with subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            encoding="utf-8",
+            errors="replace",
+            env=env,
+        ) as proc:
+            with self.say:
+                self.running.add(proc)
+                if self.stopping.is_set():  # stopped while it started
+                    proc.terminate()
             assert proc.stdout is not None
             for line in proc.stdout:
-                with say:
-                    print(f"[{name}] {line}", end="", flush=True)
-        statuses.append((name, proc.returncode))
-        if proc.returncode != 0:
-            break
-    return statuses
+                with self.say:
+                    print(f"[{name}] {line.rstrip(chr(10))}", flush=True)
+            with self.say:
+                self.running.discard(proc)
+        return proc.returncode
 
 
-def _one_stack_options(args: argparse.Namespace) -> list[str]:
+def stack_options(args: argparse.Namespace, name: str) -> list[str]:
     """The options of ``vlaeval install NAME`` for one of several stacks: the same, but for the
-    Debian packages, which ``install_several`` has put in place before (apt-get runs one at a time)."""
+    Debian packages, which ``install_several`` has put in place before (apt-get runs one at a time),
+    and ``--python``, which only an interpreter of its own is made with."""
     flags = {
         "check": "--check",
         "dry_run": "--dry-run",
@@ -328,7 +370,7 @@ def _one_stack_options(args: argparse.Namespace) -> list[str]:
     options = [flag for dest, flag in flags.items() if getattr(args, dest)]
     if args.system_deps and (args.check or args.dry_run):
         options.append("--system-deps")
-    if args.python is not None:
+    if args.python is not None and target(for_stack(args, name)) is not None:
         options += ["--python", args.python]
     if args.source is not None:
         options += ["--from", str(args.source)]

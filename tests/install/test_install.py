@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -85,80 +87,149 @@ def test_an_unknown_stack_is_one_line_naming_the_choices() -> None:
 # -- several stacks at once -------------------------------------------------------------------
 
 
+SEVERAL = ["mikasa", "pusht", "aloha", "libero", "metaworld", "lerobot"]
+"""Three stacks of this interpreter, three with interpreters of their own."""
+
+
+def several_args(**options: object) -> argparse.Namespace:
+    defaults = {"check": False, "dry_run": False, "packages_only": False, "own_interpreter": False, "force": False}
+    return argparse.Namespace(
+        **{"stacks": SEVERAL, "system_deps": True, "python": None, "source": None, **defaults, **options}
+    )
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """What ``install_several`` starts, in order, every ``vlaeval install NAME`` succeeding: apt
+    commands as ("apt", stack), stacks as (stack, *extra options)."""
+    events: list[tuple] = []
+    monkeypatch.setattr(command, "system_commands", lambda stack: [installer.Command(stack.name, ("true",))])
+    monkeypatch.setattr(command, "run_commands", lambda commands, dry_run: events.append(("apt", commands[0].why)))
+    monkeypatch.setattr(command._LaneRunner, "_one", lambda self, name, extra: events.append((name, *extra)) or 0)
+    return events
+
+
 def test_several_stacks_install_debian_packages_first_then_lanes_then_own_interpreters_in_full(
-    monkeypatch: pytest.MonkeyPatch,
+    started: list[tuple],
 ) -> None:
     """apt-get for every stack, one after another, before any stack installs; then every lane, the
     interpreters of their own with their packages only; then those again in full (their check
     sees this interpreter's plugins as its stacks left them)."""
-    events: list[tuple] = []
-    monkeypatch.setattr(command, "system_commands", lambda stack: [installer.Command(stack.name, ("true",))])
-    monkeypatch.setattr(command, "run_commands", lambda commands, dry_run: events.append(("apt", commands[0].why)))
+    assert command.install_several(several_args(), SEVERAL) == 0
+    assert started[:6] == [("apt", name) for name in SEVERAL]
+    first = started[6:12]
+    assert [event for event in first if len(event) == 1] == [("mikasa",), ("pusht",), ("libero",)], "in order"
+    packages = {(name, "--packages-only") for name in ("aloha", "lerobot", "metaworld")}
+    assert {event for event in first if len(event) == 2} == packages
+    assert sorted(started[12:]) == [("aloha",), ("lerobot",), ("metaworld",)]
 
-    def lane(names: list[str], say: object, args: argparse.Namespace, extra: list[str]) -> list[tuple[str, int]]:
-        events.append((*names, *extra))
-        return [(name, 0) for name in names]
 
-    monkeypatch.setattr(command, "_install_lane", lane)
-    names = ["mikasa", "pusht", "aloha", "libero", "metaworld", "lerobot"]
-    args = argparse.Namespace(
-        stacks=names, system_deps=True, own_interpreter=False, check=False, dry_run=False, packages_only=False
+@pytest.mark.parametrize("mode", ["check", "dry_run", "packages_only"])
+def test_several_stacks_that_install_nothing_more_run_once(started: list[tuple], mode: str) -> None:
+    assert command.install_several(several_args(**{mode: True}), SEVERAL) == 0
+    stacks_started = [event for event in started if event[0] != "apt"]
+    assert sorted(stacks_started) == sorted((name,) for name in SEVERAL), "one pass, no --packages-only"
+    assert len(started) - len(stacks_started) == (6 if mode == "packages_only" else 0), "apt-get only to install"
+
+
+def test_interpreters_of_their_own_alone_install_in_one_pass(started: list[tuple]) -> None:
+    own = ["aloha", "lerobot"]
+    assert command.install_several(several_args(stacks=own), own) == 0
+    assert sorted(started[2:]) == [("aloha",), ("lerobot",)], "no lane of this interpreter: no plugins to wait for"
+
+
+def test_an_interpreter_of_its_own_is_judged_by_its_full_run(
+    monkeypatch: pytest.MonkeyPatch, started: list[tuple], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A first pass that failed (this interpreter's lane changed the packages it runs from) is run
+    again in full, and that run decides; one failing in full is named."""
+    outcome = {("lerobot", "--packages-only"): 1, ("metaworld",): 1}
+
+    def one(self: object, name: str, extra: list[str]) -> int:
+        started.append((name, *extra))
+        return outcome.get((name, *extra), 0)
+
+    monkeypatch.setattr(command._LaneRunner, "_one", one)
+    assert command.install_several(several_args(), SEVERAL) == 1
+    assert ("lerobot",) in started
+    assert [event for event in started if event[0] == "metaworld"] == [("metaworld", "--packages-only"), ("metaworld",)]
+    assert capsys.readouterr().out.splitlines() == [
+        "vlaeval install: metaworld: FAILED (exit 1); its lines above begin [metaworld]"
+    ]
+
+
+def test_ctrl_c_stops_every_lane_in_one_line() -> None:
+    """SIGINT to the command's process group, as a terminal sends it, once the first stack has spoken:
+    no stack starts after it, the running ones end, one line, exit status 130."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_vlaeval", "install", "pusht", "libero", "libero-plus", "--check"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
-    assert command.install_several(args, names) == 0
-    assert events[:6] == [("apt", name) for name in names]
-    packages = [(name, "--packages-only") for name in ("aloha", "lerobot", "metaworld")]
-    assert sorted(events[6:10]) == sorted([("mikasa", "pusht", "libero"), *packages])
-    assert sorted(events[10:]) == [("aloha",), ("lerobot",), ("metaworld",)]
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline()]
+    assert lines[0].startswith("[pusht] "), lines
+    os.killpg(proc.pid, signal.SIGINT)
+    lines += proc.stdout.readlines()
+    assert proc.wait(timeout=60) == 130, "".join(lines)
+    assert lines[-1] == "vlaeval install: interrupted; run the same command again (only unmet steps run)\n", lines
+    assert not [line for line in lines if line.startswith("[libero-plus]")], "no stack starts after Ctrl-C"
 
 
 def test_each_of_several_stacks_gets_every_option_but_the_debian_packages() -> None:
-    """A new option of ``vlaeval install`` reaches the per-stack commands, or this fails."""
+    """A new option of ``vlaeval install`` reaches the per-stack commands, or this fails; --python
+    only where an interpreter is made."""
     parser = argparse.ArgumentParser()
     command.configure(parser)
-    flags = ["--check", "--dry-run", "--packages-only", "--own-interpreter", "--force"]
+    flags = ["--check", "--own-interpreter", "--force"]
     args = parser.parse_args(["pusht", "aloha", *flags, "--python", "py", "--from", "/assets", "--system-deps"])
-    options = command._one_stack_options(args)
     expected = [*flags, "--system-deps", "--python", "py", "--from", "/assets"]
-    assert options == expected, "--system-deps kept in a run that installs nothing"
+    assert command.stack_options(args, "pusht") == expected, "--system-deps kept in a run that installs nothing"
+    for mode in ("--dry-run", "--packages-only"):
+        assert mode in command.stack_options(parser.parse_args(["pusht", "aloha", mode]), "pusht")
     told = {o for action in parser._actions for o in action.option_strings}
-    assert told - {"-h", "--help", "--list", "--system-deps"} <= set(options)
-    installing = parser.parse_args(["pusht", "aloha", "--system-deps"])
-    assert command._one_stack_options(installing) == [], "apt-get ran before, one at a time"
+    assert told - {"-h", "--help", "--list", "--dry-run", "--packages-only"} <= set(expected)
+    installing = parser.parse_args(["pusht", "aloha", "--system-deps", "--python", "py"])
+    assert command.stack_options(installing, "pusht") == [], "apt-get ran before, one at a time; pusht is here"
+    assert command.stack_options(installing, "aloha") == ["--python", "py"]
 
 
 def test_lanes_keep_this_interpreters_stacks_together_and_start_the_policy_stack_early() -> None:
     names = ["mikasa", "pusht", "aloha", "libero", "metaworld", "lerobot"]
     args = argparse.Namespace(own_interpreter=False)
-    assert command.install_lanes(args, names) == [
+    assert command.lanes_for(args, names) == [
         ["mikasa", "pusht", "libero"],
         ["lerobot"],
         ["aloha"],
         ["metaworld"],
     ]
-    assert command.install_lanes(args, ["aloha", "lerobot"]) == [["lerobot"], ["aloha"]]
-    every_own = command.install_lanes(argparse.Namespace(own_interpreter=True), ["pusht", "libero"])
+    assert command.lanes_for(args, ["aloha", "lerobot"]) == [["lerobot"], ["aloha"]]
+    every_own = command.lanes_for(argparse.Namespace(own_interpreter=True), ["pusht", "libero"])
     assert every_own == [["pusht"], ["libero"]], "--own-interpreter: no site-packages shared"
 
 
 def test_several_stacks_checked_at_once_say_which_failed_and_which_never_ran(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Real ``vlaeval install`` processes: Meta-World's interpreter is not Python (its lane fails),
-    pusht's check fails on a --python meant for another interpreter, so libero after it in this
-    interpreter's lane never runs; every line of a stack carries its name."""
+    """Real ``vlaeval install`` processes: Meta-World's interpreter is not Python (its lane fails);
+    gym_pusht shadowed by a module that cannot import fails pusht's check, so libero after it in
+    this interpreter's lane never runs; every line of a stack carries its name."""
     monkeypatch.setenv(interpreters.INTERPRETER_DIR_ENV, str(tmp_path))
     (tmp_path / "metaworld" / "bin").mkdir(parents=True)
     (tmp_path / "metaworld" / "bin" / "python").symlink_to("/bin/sh")
-    result = vlaeval("install", "pusht", "libero", "metaworld", "--check", "--python", "/bin/sh")
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "gym_pusht.py").write_text("raise ImportError('shadowed on purpose')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "shadow"))
+    result = vlaeval("install", "pusht", "libero", "metaworld", "--check")
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert f"[metaworld] vlaeval install: the interpreter at {tmp_path / 'metaworld'} does not run; " in "\n".join(
         lines
     )
-    assert (
-        "[pusht] vlaeval install: --python makes an interpreter of its own: add --own-interpreter to install pusht there"
-        in lines
-    )
+    shadowed = [line for line in lines if "shadowed on purpose" in line]
+    assert shadowed and all(line.startswith("[pusht] vlaeval install: PROBLEM: ") for line in shadowed), lines
     assert not [line for line in lines if line.startswith("[libero]")]
     assert lines[-3:] == [
         "vlaeval install: pusht: FAILED (exit 1); its lines above begin [pusht]",
