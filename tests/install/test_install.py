@@ -18,6 +18,7 @@ from helpers import assert_one_line_usage_error, make_interpreter_with_own_copy,
 
 from pytest_vlaeval.bounded_run import Finished
 from pytest_vlaeval.cli import COMMANDS
+from pytest_vlaeval.envs import assets
 from pytest_vlaeval.install import command, installer, interpreters
 from pytest_vlaeval.install.command import plan
 from pytest_vlaeval.install.stacks import stacks
@@ -178,9 +179,10 @@ def test_ctrl_c_stops_every_lane_in_one_line() -> None:
     assert not [line for line in lines if line.startswith("[libero-plus]")], "no stack starts after Ctrl-C"
 
 
-def test_each_of_several_stacks_gets_every_option_but_the_debian_packages() -> None:
+def test_each_of_several_stacks_gets_every_option_but_the_debian_packages(monkeypatch: pytest.MonkeyPatch) -> None:
     """A new option of ``vlaeval install`` reaches the per-stack commands, or this fails; --python
     only where an interpreter is made."""
+    monkeypatch.delenv(assets.ASSET_DIR_ENV, raising=False)  # --from's default
     parser = argparse.ArgumentParser()
     command.configure(parser)
     flags = ["--check", "--own-interpreter", "--force"]
