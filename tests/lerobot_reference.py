@@ -25,6 +25,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,6 +115,19 @@ def lerobot_session(directory: Path, benchmark: str, checkpoint: Path, *args: st
     return subprocess.Popen(
         command, cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def beside_session(session: subprocess.Popen[str], reference: Callable[[], ReferenceRun]) -> tuple[ReferenceRun, str]:
+    """``reference()`` (a lerobot-eval run) while ``session`` runs, both on the machine's cores; then
+    the session's output. The session is ended if the reference fails."""
+    try:
+        run = reference()
+        output, _ = session.communicate(timeout=EVAL_TIMEOUT_S)
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.communicate()
+    return run, output
 
 
 def build_checkpoint(out: Path, env: str, policy: str, seed: int = 0) -> Path:

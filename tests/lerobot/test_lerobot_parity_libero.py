@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REVERSED_ORDER, capped_benchmark, episode_records, read_json
-from lerobot_reference import build_checkpoint, lerobot_python, lerobot_session, run_lerobot_eval
+from lerobot_reference import beside_session, build_checkpoint, lerobot_python, lerobot_session, run_lerobot_eval
 
 pytestmark = [pytest.mark.lerobot, pytest.mark.long, pytest.mark.minutes(2)]
 
@@ -63,22 +63,17 @@ print(json.dumps({
 
 def test_libero_episodes_equal_lerobot_evals_in_any_order(tmp_path: Path) -> None:
     checkpoint = build_checkpoint(tmp_path / "libero-act", "libero", "act")
-    reference = run_lerobot_eval(
-        checkpoint,
-        tmp_path / "lerobot-eval",
-        ["--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]", f"--env.episode_length={STEPS}"],
-        EPISODES,
-        SEED,
-    )
-    theirs = reference.episodes[SUITE]
-
     directory = tmp_path / "ours"
     directory.mkdir()
     (directory / "conftest.py").write_text(REVERSED_ORDER)
     benchmark = capped_benchmark("lerobot-libero", STEPS, tmp_path)
     args = (f"--vla-tasks={TASK}", f"--episodes={EPISODES}", f"--vla-start-seed={SEED}", "--vla-video=all")
     session = lerobot_session(directory, str(benchmark), checkpoint, *args)
-    output, _ = session.communicate(timeout=1800)
+    env_args = ["--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]", f"--env.episode_length={STEPS}"]
+    reference, output = beside_session(
+        session, lambda: run_lerobot_eval(checkpoint, tmp_path / "lerobot-eval", env_args, EPISODES, SEED)
+    )
+    theirs = reference.episodes[SUITE]
     assert session.returncode in (0, 1), output[-3000:]  # 1: the episodes failed, as lerobot-eval's did
     (run_dir,) = (directory / "results").iterdir()
     records = episode_records(run_dir)
