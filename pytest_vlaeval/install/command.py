@@ -262,7 +262,7 @@ def install_several(args: argparse.Namespace, names: list[str]) -> int:
             if run_commands(commands, dry_run=False):
                 return 1
     lanes = lanes_for(args, names)
-    here = [name for name in names if target(for_stack(args, name)) is None]
+    here = [name for name in names if _goes_here(args, name)]
     installing = not (args.check or args.dry_run or args.packages_only)
     again = [name for name in names if name not in here] if installing and here else []
     runner = _LaneRunner(args)
@@ -285,9 +285,14 @@ def lanes_for(args: argparse.Namespace, names: list[str]) -> list[list[str]]:
     """The stacks in lanes, in the order they start: this interpreter's in one (they share its
     site-packages), then each with an interpreter of its own alone, the policy stack (LeRobot's, the
     largest: four minutes of a fresh set-up's eight) first so that it never starts last."""
-    here = [name for name in names if target(for_stack(args, name)) is None]
+    here = [name for name in names if _goes_here(args, name)]
     own = sorted((name for name in names if name not in here), key=lambda name: not stacks()[name].policy)
     return [lane for lane in (here, *([name] for name in own)) if lane]
+
+
+def _goes_here(args: argparse.Namespace, name: str) -> bool:
+    """Whether stack ``name`` installs into this interpreter (else into one of its own)."""
+    return target(for_stack(args, name)) is None
 
 
 class _LaneRunner:
@@ -370,7 +375,7 @@ def stack_options(args: argparse.Namespace, name: str) -> list[str]:
     options = [flag for dest, flag in flags.items() if getattr(args, dest)]
     if args.system_deps and (args.check or args.dry_run):
         options.append("--system-deps")
-    if args.python is not None and target(for_stack(args, name)) is not None:
+    if args.python is not None and not _goes_here(args, name):
         options += ["--python", args.python]
     if args.source is not None:
         options += ["--from", str(args.source)]

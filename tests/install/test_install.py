@@ -11,6 +11,8 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -177,6 +179,28 @@ def test_ctrl_c_stops_every_lane_in_one_line() -> None:
     assert proc.wait(timeout=60) == 130, "".join(lines)
     assert lines[-1] == "vlaeval install: interrupted; run the same command again (only unmet steps run)\n", lines
     assert not [line for line in lines if line.startswith("[libero-plus]")], "no stack starts after Ctrl-C"
+
+
+def test_a_stopped_runner_ends_its_running_stack_and_starts_no_other(capsys: pytest.CaptureFixture[str]) -> None:
+    """``_LaneRunner.stop`` (what Ctrl-C calls before the lanes are waited for) ends the real
+    ``vlaeval install pusht --check`` it started, and libero after it in the lane never starts;
+    stopped, the runner starts nothing more. The Ctrl-C case above cannot reach this: there the
+    terminal's SIGINT ends the children first."""
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    runner = command._LaneRunner(parser.parse_args(["pusht", "libero", "--check"]))
+    statuses: list[tuple[str, int]] = []
+    lane = threading.Thread(target=lambda: statuses.extend(runner.run([["pusht", "libero"]], lambda name: [])))
+    lane.start()
+    deadline = time.monotonic() + 60
+    while not runner.running:
+        assert time.monotonic() < deadline and lane.is_alive(), "pusht's check never started"
+        time.sleep(0.01)
+    runner.stop()
+    lane.join(timeout=60)
+    assert statuses == [("pusht", -signal.SIGTERM)], capsys.readouterr().out
+    assert runner.run([["libero"]], lambda name: []) == [], "a stopped runner starts nothing"
+    assert "[libero]" not in capsys.readouterr().out
 
 
 def test_each_of_several_stacks_gets_every_option_but_the_debian_packages(monkeypatch: pytest.MonkeyPatch) -> None:
