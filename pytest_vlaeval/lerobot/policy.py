@@ -209,7 +209,7 @@ class LeRobotPolicy:
         loaded = self._loaded
         with _inference(loaded):
             observation = _policy_inputs(loaded, [obs])[0]
-            with self._generators.installed() if self._generators else nullcontext():
+            with self._generators.installed() if self._generators else nullcontext(), loaded.torch.inference_mode():
                 action = self._select(observation)
             self._at_start = False
             return _env_action(loaded, action)
@@ -223,7 +223,7 @@ class LeRobotPolicy:
             threads.decided = True
             share = worker_share(loaded.policy.config.type) if loaded.device == "cpu" else None
             if share is not None:
-                action, plan = first_pass(self._policy, _episode_copy(loaded.policy), observation, share)
+                action, plan = first_pass(self._policy, lambda: _episode_copy(loaded.policy), observation, share)
                 if plan is not None:
                     threads.plan = plan  # before the share: a pass between the two runs on the default count
                     loaded.torch.set_num_threads(plan.share)
@@ -268,9 +268,10 @@ class LeRobotBatchedPolicy(LeRobotPolicy):
             new: list[Any] = [None] * len(episodes)
             if asking:
                 stacked = {key: loaded.torch.cat([inputs[row][key] for row in asking]) for key in inputs[asking[0]]}
-                predicted = chunks.predict(
-                    loaded.policy, stacked, [episodes[row].state["generators"] for row in asking]
-                )
+                with loaded.torch.inference_mode():  # as select_action runs in lerobot-eval
+                    predicted = chunks.predict(
+                        loaded.policy, stacked, [episodes[row].state["generators"] for row in asking]
+                    )
                 for index, row in enumerate(asking):
                     new[row] = predicted[index : index + 1]
             actions = [chunks.next_action(policy, chunk) for policy, chunk in zip(policies, new, strict=True)]
@@ -285,7 +286,9 @@ def _generators(loaded: _Loaded, seed: int) -> Any:
 
 @contextmanager
 def _inference(loaded: _Loaded) -> Iterator[None]:
-    """What lerobot-eval runs the whole rollout under: no_grad, and autocast with use_amp."""
+    """What lerobot-eval runs the whole rollout under: no_grad, and autocast with use_amp (and
+    ``select_action`` in inference mode, less bookkeeping a tensor than no_grad: ``act`` and
+    ``act_batch`` add it there)."""
     torch = loaded.torch
     autocast = torch.autocast(device_type=loaded.device.partition(":")[0]) if loaded.amp else nullcontext()
     with torch.no_grad(), autocast:

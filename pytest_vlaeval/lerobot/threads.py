@@ -2,15 +2,18 @@
 
 Beside the env under ``-n N``, a worker's forward passes would run on torch's default thread count
 (one per core), the count ``lerobot-eval`` runs with: a few kernels round differently on another
-count (here, on two cores: the spatial softmax's 1x1 convolution of a Diffusion checkpoint, seven of
-an ACT checkpoint's ResNet convolutions, up to 1e-6 on one thread), so the count is part of what an
-episode's actions are. N workers, each with a thread per core, then take turns on the cores.
+count (on two cores: the spatial softmax's 1x1 convolution of a Diffusion checkpoint; some of an
+ACT checkpoint's ResNet convolutions, or its linear layers and attention, by the machine; up to 1e-6
+on one thread), so the count is part of what an episode's actions are. N workers, each with a thread per core, then take turns on the cores.
 Instead, each worker finds at its first forward pass which modules round differently on its share
-of the cores: that pass runs on the default count, as always, with every leaf module's inputs and
+of the cores: that pass runs on the default count, as always, with every module's inputs and
 outputs recorded; each leaf is recomputed on the share, and those whose output differs are pinned
 to the default count. The same pass then runs again from the same generator state on the share,
-with those pinned; only if every leaf's output and the action equal the default's bit for bit does
-the worker keep the share (else the default count, as before).
+with those pinned; only if every module's output and the action equal the default's bit for bit
+does the worker keep the share. Where they do not, a module computes outside its children (ACT's
+attention, from its own weights): the first module of that pass given the inputs it was given at
+first that returns another output is pinned too, and the pass runs again, until it is equal or no
+such module is found (then the default count, as before).
 
 A kernel picks its order of summation by the shapes it is given and the thread count, not by the
 values, so a pass of the same shapes is the same arithmetic as the one checked. That holds for the
@@ -38,7 +41,7 @@ FIXED_SHAPES = ("act", "diffusion")
 """Policy types whose forward pass has the same shapes at every step of a benchmark."""
 
 Call = tuple[str, Any, tuple, dict, Any]
-"""A leaf module's call: its name, the module, its args and kwargs, and its output (cloned)."""
+"""A module's call: its name, the module, its args and kwargs, and its output (cloned)."""
 
 
 @dataclass(frozen=True)
@@ -101,17 +104,20 @@ def worker_share(policy_type: str) -> int | None:
     return share if share < _torch().get_num_threads() else None
 
 
-def first_pass(policy: Any, fresh: Any, observation: Any, share: int) -> tuple[Any, ThreadPlan | None]:
+def first_pass(policy: Any, fresh: Callable[[], Any], observation: Any, share: int) -> tuple[Any, ThreadPlan | None]:
     """``policy.select_action(observation)`` on the default count, and the plan that computes it
-    alike on ``share`` threads (None where none does). ``fresh`` is a copy of ``policy`` in the state
-    ``policy`` is in (its episode's start). Torch's generators are left where the call leaves them,
-    and torch on its default count: the caller moves it to the plan's share."""
+    alike on ``share`` threads (None where none does). ``fresh()`` gives a copy of ``policy`` in the
+    state ``policy`` is in (its episode's start). Torch's generators are left where the call leaves
+    them, and torch on its default count: the caller moves it to the plan's share."""
     torch = _torch()
     generator = torch.get_rng_state()
+    # What the pass is given, read before it as every later step's is: select_action may take keys
+    # out of the observation (Diffusion's pops its ACTION), and the check's passes get them too.
+    layout, given = observation_layout(observation), dict(observation)
     with _recorded(policy) as calls:
         action = policy.select_action(observation)
     try:
-        plan = _checked_plan(calls, action, fresh, observation, generator, share)
+        plan = _checked_plan(calls, action, fresh, given, layout, generator, share)
     except Exception as exc:  # the probe's own failure, never the episode's: it keeps the default count
         log.info("checking a forward pass on %d threads failed (%s): torch keeps its default count", share, exc)
         plan = None
@@ -119,27 +125,53 @@ def first_pass(policy: Any, fresh: Any, observation: Any, share: int) -> tuple[A
 
 
 def _checked_plan(
-    calls: list[Call], action: Any, fresh: Any, observation: Any, generator: Any, share: int
+    calls: list[Call], action: Any, fresh: Callable[[], Any], observation: Any, layout: Any, generator: Any, share: int
 ) -> ThreadPlan | None:
-    """The plan the recorded pass ``calls`` (which gave ``action``) points to, if a pass of ``fresh``
-    with it, from the same generator state, computes every leaf's output and the action alike."""
+    """The plan the recorded pass ``calls`` (which gave ``action`` from ``observation``, of
+    ``layout``) points to, if a pass of a fresh copy with it, from the same generator state, computes
+    every module's output and the action alike. The leaves that round differently on the share are
+    pinned first; a module whose own arithmetic outside its children does (attention computed from
+    its weights, not through a child) shows in a check pass as the first module given the same
+    inputs that returns another output, and is pinned in turn, at most once each."""
     torch = _torch()
     default = torch.get_num_threads()
     if not calls:  # no module ran, or the recording failed: nothing shows what a share computes
         return None
     with torch.random.fork_rng():  # a leaf that draws must not move the episode's generator
-        pinned = {name for name, module, args, kwargs, output in calls if _differs(module, args, kwargs, output, share)}
-    plan = ThreadPlan(share, default, tuple(sorted(pinned)), observation_layout(observation))
-    plan.pin(fresh)
-    try:
-        torch.set_num_threads(share)
-        with torch.random.fork_rng(), _recorded(fresh) as again:
-            torch.set_rng_state(generator)
-            repeated = fresh.select_action(observation)
-    finally:
-        torch.set_num_threads(default)
-    outputs, outputs_again = [call[-1] for call in calls], [call[-1] for call in again]
-    return plan if _equal([action, *outputs], [repeated, *outputs_again]) else None
+        pinned = {
+            name
+            for name, module, args, kwargs, output in calls
+            if _is_leaf(module) and _differs(module, args, kwargs, output, share)
+        }
+    while True:
+        plan = ThreadPlan(share, default, tuple(sorted(pinned)), layout)
+        copy = fresh()
+        plan.pin(copy)
+        try:
+            torch.set_num_threads(share)
+            with torch.random.fork_rng(), _recorded(copy) as again:
+                torch.set_rng_state(generator)
+                repeated = copy.select_action(observation)
+        finally:
+            torch.set_num_threads(default)
+        if _equal([action, *(call[-1] for call in calls)], [repeated, *(call[-1] for call in again)]):
+            return plan
+        culprit = _first_own_difference(calls, again)
+        if culprit is None or culprit in pinned:
+            return None
+        pinned.add(culprit)
+
+
+def _first_own_difference(calls: list[Call], again: list[Call]) -> str | None:
+    """The first module (in the order calls end: children before their parent) that, given the
+    inputs it was given in ``calls``, returns another output in ``again``; None where the two passes
+    called other modules or none such is found."""
+    if [call[0] for call in calls] != [call[0] for call in again]:
+        return None
+    for (name, _, *given, output), (_, _, *given_again, output_again) in zip(calls, again, strict=True):
+        if _equal(given, given_again) and not _equal(output, output_again):
+            return name
+    return None
 
 
 def observation_layout(value: Any) -> Any:
@@ -152,6 +184,10 @@ def observation_layout(value: Any) -> Any:
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return (tuple(value.shape), str(value.dtype))
     return type(value).__name__
+
+
+def _is_leaf(module: Any) -> bool:
+    return next(module.children(), None) is None
 
 
 def _differs(module: Any, args: tuple, kwargs: dict, output: Any, share: int) -> bool:
@@ -167,11 +203,11 @@ def _differs(module: Any, args: tuple, kwargs: dict, output: Any, share: int) ->
 
 @contextmanager
 def _recorded(policy: Any) -> Iterator[list[Call]]:
-    """The leaf modules' calls inside, each value cloned; the list is emptied where one could not be
-    recorded. Recording never fails the call it watches."""
+    """The modules' calls inside, in the order they end, each value cloned; the list is emptied
+    where one could not be recorded. Recording never fails the call it watches."""
     calls: list[Call] = []
     failed: list[BaseException] = []
-    leaves = [(name, module) for name, module in policy.named_modules() if next(module.children(), None) is None]
+    modules = list(policy.named_modules())
 
     def recorder(name: str) -> Callable[..., None]:
         def record(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
@@ -182,7 +218,7 @@ def _recorded(policy: Any) -> Iterator[list[Call]]:
 
         return record
 
-    handles = [module.register_forward_hook(recorder(name), with_kwargs=True) for name, module in leaves]
+    handles = [module.register_forward_hook(recorder(name), with_kwargs=True) for name, module in modules]
     try:
         yield calls
     finally:

@@ -5,10 +5,13 @@ share run on the default count.
 The random-init ACT and Diffusion checkpoints of ``lerobot_checkpoints``, three episodes of 21 steps
 on observations that differ at every step (ACT predicts chunks at steps 0 and 20, Diffusion at 0, 8
 and 16), each in a process of LeRobot's interpreter: as a serial session's (torch's default count),
-as one of N workers on N cores (a share of one thread), and, for Diffusion, as such a worker whose
-leaves all seem to compute alike on one thread, so that nothing is pinned: its check pass differs
-(the count moves Diffusion's actions on this machine) and it keeps torch's default count, its
-actions the serial ones. These need ``vlaeval install lerobot``; they fail, never skip, without it.
+as one of N workers on N cores (a share of one thread, every leaf after the first pass on it but
+those inside a pinned module), and, for Diffusion, as such a worker whose leaves all seem to compute
+alike on one thread: its check passes then find the module that rounds differently themselves (the
+first given the same inputs to return another output) and pin it; and as one where they cannot
+either, so that nothing is pinned: its check pass differs (the count moves Diffusion's actions on
+this machine) and it keeps torch's default count, its actions the serial ones. These need
+``vlaeval install lerobot``; they fail, never skip, without it.
 """
 
 from __future__ import annotations
@@ -34,25 +37,37 @@ from pytest_vlaeval.lerobot import threads
 from pytest_vlaeval.policy.contract import EpisodeInfo
 
 path = sys.argv[1]
-if sys.argv[2] == "unpinnable":  # every leaf seems to compute alike on the share: nothing is pinned
+if sys.argv[2] != "planned":  # every leaf seems to compute alike on the share
     threads._differs = lambda *args: False
+if sys.argv[2] == "unpinnable":  # and no check pass shows which module does not: nothing is pinned
+    threads._first_own_difference = lambda *args: None
 default = torch.get_num_threads()
 loaded = _load(path, "pusht")
 policy = LeRobotPolicy(path, "pusht")
-actions = []
+actions, ran_on, names = [], set(), {}
+
+def leaf_ran(module, args, output):  # after the first pass; a global hook runs before a pin's leave
+    if sum(map(len, actions)) and next(module.children(), None) is None and module in names:
+        ran_on.add((names[module], torch.get_num_threads()))
+
+torch.nn.modules.module.register_module_forward_hook(leaf_ran)
 for seed in (1202, 1203, 1204):
     policy.reset(EpisodeInfo("PushT-v0", seed, "", 0, 300))
+    names = {module: name for name, module in policy._policy.named_modules()}
     views = [{"pixels": np.full((96, 96, 3), (seed * 7 + step * 37) % 256, np.uint8),
               "agent_pos": np.array([100.0 + step, 300.0 - seed % 50]), "instruction": ""} for step in range(21)]
-    actions.append([policy.act(view).tolist() for view in views])
+    actions.append([])
+    for view in views:
+        actions[-1].append(policy.act(view).tolist())
 plan = loaded.threads.plan
 print(json.dumps({"actions": actions, "default": default, "threads": torch.get_num_threads(),
-                  "plan": plan and {"share": plan.share, "pinned": list(plan.pinned)}}))
+                  "plan": plan and {"share": plan.share, "pinned": list(plan.pinned)}, "ran_on": sorted(ran_on)}))
 """
 
 
-def run(checkpoint: Path, workers: int, unpinnable: bool = False) -> dict:
-    """The script in LeRobot's interpreter as one of ``workers`` xdist workers (1: a serial session)."""
+def run(checkpoint: Path, workers: int, check: str = "planned") -> dict:
+    """The script in LeRobot's interpreter as one of ``workers`` xdist workers (1: a serial session),
+    its check as is (``planned``), finding pins by check passes alone (``refined``) or not at all."""
     environ = {
         key: value
         for key, value in os.environ.items()
@@ -61,7 +76,7 @@ def run(checkpoint: Path, workers: int, unpinnable: bool = False) -> dict:
     if workers > 1:
         environ["PYTEST_XDIST_WORKER_COUNT"] = str(workers)
     proc = subprocess.run(
-        [str(lerobot_python()), "-c", ACTIONS, str(checkpoint), "unpinnable" if unpinnable else "planned"],
+        [str(lerobot_python()), "-c", ACTIONS, str(checkpoint), check],
         env={**environ, "HF_HUB_OFFLINE": "1"},
         capture_output=True,
         text=True,
@@ -78,18 +93,29 @@ def test_a_worker_on_its_share_of_the_cores_acts_as_on_torchs_default_count(
     cores = len(os.sched_getaffinity(0))
     assert cores >= 2, "one core: a worker's share is torch's default count, nothing to check"
     checkpoints = {"act": pusht_act_checkpoint, "diffusion": pusht_diffusion_checkpoint}
-    runs = [(name, workers, False) for name in checkpoints for workers in (1, cores)] + [("diffusion", cores, True)]
+    runs = [(name, workers, "planned") for name in checkpoints for workers in (1, cores)]
+    runs += [("diffusion", cores, "refined"), ("diffusion", cores, "unpinnable")]
     with ThreadPoolExecutor(2) as pool:
         results = dict(zip(runs, pool.map(lambda r: run(checkpoints[r[0]], r[1], r[2]), runs), strict=True))
     for name in checkpoints:
-        serial, worker = results[(name, 1, False)], results[(name, cores, False)]
+        serial, worker = results[(name, 1, "planned")], results[(name, cores, "planned")]
         assert serial["plan"] is None and serial["threads"] == serial["default"] == cores, name
         assert worker["plan"] is not None and worker["plan"]["share"] == 1 and worker["threads"] == 1, (name, worker)
+        # After the first pass every leaf ran on the share but those in a pinned module, to the last pass.
+        pinned = worker["plan"]["pinned"]
+        off_share = {leaf for leaf, threads in worker["ran_on"] if threads != 1}
+        unpinned = {leaf for leaf in off_share if not any(leaf == p or leaf.startswith(f"{p}.") for p in pinned)}
+        assert not unpinned, f"{name}: on the default count: {sorted(unpinned)[:5]}"
+        assert any(threads == 1 for _, threads in worker["ran_on"]), f"{name}: no pass on the share"
         assert np.array_equal(np.array(worker["actions"]), np.array(serial["actions"])), f"{name}: bit for bit"
-    unpinnable, serial = results[("diffusion", cores, True)], results[("diffusion", 1, False)]
+    planned, serial = results[("diffusion", cores, "planned")], results[("diffusion", 1, "planned")]
+    assert planned["plan"]["pinned"], "Diffusion's pinned modules"
+    refined = results[("diffusion", cores, "refined")]
+    assert refined["plan"] == planned["plan"], "the check passes pin what the leaves' check did"
+    assert np.array_equal(np.array(refined["actions"]), np.array(serial["actions"])), "refined: bit for bit"
+    unpinnable = results[("diffusion", cores, "unpinnable")]
     assert unpinnable["plan"] is None and unpinnable["threads"] == cores, "one thread, nothing pinned: refused"
     assert np.array_equal(np.array(unpinnable["actions"]), np.array(serial["actions"])), "the default count's actions"
-    assert results[("diffusion", cores, False)]["plan"]["pinned"], "Diffusion's pinned modules"
 
 
 def test_a_pinned_module_runs_on_the_default_count_and_another_layout_all_of_its_pass() -> None:
