@@ -18,10 +18,12 @@ included, on the same seeds (1000 on):
 Start-up is the time to the first step: for ``lerobot-eval`` its wall time less its ``eval_s`` (the
 rollouts alone); for ours the first episode's end less the command's start and a typical (median)
 episode's time. The load average before and after says how quiet the machine was: the numbers are
-only comparable on a quiet one.
+only comparable on a quiet one. A small VM's speed drifts by tens of percent within minutes, so
+``--rounds N`` runs every row N times, a round being every row once (drift then falls on every row
+alike), and shows each row's median and the range of its walls.
 
     python scripts/bench_lerobot.py [--policy act|diffusion] [--episodes 16] [--batch-sizes 2,4,8,16,0]
-                                    [--row "-n 2 --vla-lockstep=4"] [--smoke]
+                                    [--row "-n 2 --vla-lockstep=4"] [--rounds 1] [--smoke]
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ class Row:
     command: str
     wall: float
     startup: float
+    walls: tuple[float, ...] = ()
+    """Each round's wall, where the row ran more than once (``wall`` is their median)."""
+
+
+def median_row(runs: list[Row]) -> Row:
+    """A row's rounds as one row: the median wall and start-up, and every wall."""
+    walls = tuple(run.wall for run in runs)
+    startup = statistics.median(run.startup for run in runs)
+    return Row(runs[0].command, statistics.median(walls), startup, walls if len(walls) > 1 else ())
 
 
 def lerobot_eval(python: Path, checkpoint: Path, episodes: int, batch_size: int, out: Path) -> Row:
@@ -124,8 +135,9 @@ def table(rows: list[Row], episodes: int, b1: Row, best: Row) -> list[str]:
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
+        spread = f" ({min(row.walls):.1f}-{max(row.walls):.1f})" if row.walls else ""
         lines.append(
-            f"| {row.command} | {row.wall:.1f} | {row.startup:.1f} | {episodes / row.wall:.3f} "
+            f"| {row.command} | {row.wall:.1f}{spread} | {row.startup:.1f} | {episodes / row.wall:.3f} "
             f"| {b1.wall / row.wall:.2f}x | {best.wall / row.wall:.2f}x |"
         )
     return lines
@@ -141,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         help="lerobot-eval's batch sizes tried beside 1, the fastest shown as its best (0: automatic) [2,4,8,16,0]",
     )
     parser.add_argument("--row", action="append", default=[], metavar="ARGS", help="one more row of ours: pytest ARGS")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of every row, interleaved; the table shows medians [1]"
+    )
     parser.add_argument("--smoke", action="store_true", help="two episodes, batch size 2: checks that the script works")
     args = parser.parse_args(argv)
     episodes = 2 if args.smoke else args.episodes
@@ -159,19 +174,26 @@ def main(argv: list[str] | None = None) -> int:
             env=OFFLINE,
             capture_output=True,
         )
-        b1 = lerobot_eval(python, checkpoint, episodes, 1, root / "lerobot-b1")
-        batched = [lerobot_eval(python, checkpoint, episodes, size, root / f"lerobot-b{size}") for size in sizes]
+        extra_rows = [(row, shlex.split(row), "") for row in args.row]
+        runs: dict[str, list[Row]] = {}
+        for round_ in range(max(1, args.rounds)):
+            for size in (1, *sizes):
+                row = lerobot_eval(python, checkpoint, episodes, size, root / f"lerobot-b{size}-{round_}")
+                runs.setdefault(f"b{size}", []).append(row)
+            for number, (name, extra, suffix) in enumerate((*OURS, *extra_rows)):
+                results = root / f"ours-{number}-{round_}" / "results"
+                results.parent.mkdir()
+                runs.setdefault(name, []).append(ours(f"{checkpoint}{suffix}", episodes, name, extra, results))
+        b1 = median_row(runs["b1"])
+        batched = [median_row(runs[f"b{size}"]) for size in sizes]
         best = min([b1, *batched], key=lambda row: row.wall)
         rows = [b1] if best is b1 else [b1, best]
-        extra_rows = [(row, shlex.split(row), "") for row in args.row]
-        for number, (name, extra, suffix) in enumerate((*OURS, *extra_rows)):
-            results = root / f"ours-{number}" / "results"
-            results.parent.mkdir()
-            rows.append(ours(f"{checkpoint}{suffix}", episodes, name, extra, results))
+        rows += [median_row(runs[name]) for name, _, _ in (*OURS, *extra_rows)]
     load_after = os.getloadavg()
+    rounds = f", the median of {args.rounds} rounds" if args.rounds > 1 else ""
     print(
         f"Push-T, {episodes} episodes from seed {START_SEED}, a random-init {args.policy} checkpoint on the CPU, "
-        f"{os.cpu_count()} cores; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
+        f"{os.cpu_count()} cores{rounds}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
     )
     print(
         "lerobot-eval's batch sizes: "
