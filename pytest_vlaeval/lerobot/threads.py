@@ -4,7 +4,8 @@ Beside the env under ``-n N``, a worker's forward passes would run on torch's de
 (one per core), the count ``lerobot-eval`` runs with: a few kernels round differently on another
 count (on two cores: the spatial softmax's 1x1 convolution of a Diffusion checkpoint; some of an
 ACT checkpoint's ResNet convolutions, or its linear layers and attention, by the machine; up to 1e-6
-on one thread), so the count is part of what an episode's actions are. N workers, each with a thread per core, then take turns on the cores.
+on one thread), so the count is part of what an episode's actions are. N workers, each with a
+thread per core, then take turns on the cores.
 Instead, each worker finds at its first forward pass which modules round differently on its share
 of the cores: that pass runs on the default count, as always, with every module's inputs and
 outputs recorded; each leaf is recomputed on the share, and those whose output differs are pinned

@@ -148,3 +148,50 @@ def test_a_pinned_module_runs_on_the_default_count_and_another_layout_all_of_its
         torch.set_num_threads(before)
     assert passes["checked"] == ([("0", 2), ("1", 1), ("2", 1)], 1)
     assert passes["other"] == ([("0", 2), ("1", 2), ("2", 2)], 1)
+
+
+def test_the_check_pins_a_module_that_rounds_outside_its_children_and_keeps_the_layout_it_was_given() -> None:
+    """``first_pass`` on a small torch policy, in this interpreter: its attention-like module adds a
+    term computed from its own weight (not through its child), which here moves by the thread count
+    as a kernel's rounding would. No leaf differs on the share, so only the check passes can find it:
+    the plan pins that module, and its layout is the observation's as given, before
+    ``select_action`` popped its ``action`` (as Diffusion's does)."""
+    import copy
+
+    import torch
+
+    from pytest_vlaeval.lerobot.threads import first_pass, observation_layout
+
+    class OwnArithmetic(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+            self.weight = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            own = x * self.weight + (1e-3 if torch.get_num_threads() == 1 else 0.0)  # "rounds" by the count
+            return self.proj(own)
+
+    class Policy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = OwnArithmetic()
+            self.head = torch.nn.Linear(4, 2)
+
+        def select_action(self, batch: dict) -> torch.Tensor:
+            batch.pop("action", None)
+            return self.head(self.attention(batch["observation.state"]))
+
+    torch.manual_seed(0)
+    policy = Policy()
+    observation = {"observation.state": torch.ones(1, 4), "action": None}
+    given = observation_layout(observation)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad():
+            _, plan = first_pass(policy, lambda: copy.deepcopy(policy), observation, 1)
+    finally:
+        torch.set_num_threads(before)
+    assert plan is not None and plan.pinned == ("attention",), plan
+    assert plan.layout == given and "action" not in observation, "the layout as given, before the pop"
