@@ -31,12 +31,13 @@ never from the hub.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
+import importlib.metadata
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,9 +91,10 @@ class _Loaded:
     """The torch threads an episode's forward passes run on (``threads``), decided at the first."""
 
 
-@cache
+@functools.cache
 def _load(path: str, env_type: str) -> _Loaded:
     """Load the checkpoint as ``lerobot-eval --policy.path=PATH --env.type=ENV`` does."""
+    _map_distributions_once()
     import torch
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.envs.configs import EnvConfig
@@ -144,6 +146,15 @@ def _load(path: str, env_type: str) -> _Loaded:
         chunks=CHUNKS.get(policy.config.type),
         inputs=_Inputs.of(policy.config, env_type, tuple(key for key in env_cfg.features if key != ACTION)),
     )
+
+
+def _map_distributions_once() -> None:
+    """LeRobot's imports map every installed distribution to its packages twice, once in
+    transformers and once in diffusers (``importlib.metadata.packages_distributions``: about a
+    second each in LeRobot's interpreter, a tenth of the imports): the second call gets the first's
+    map. Nothing is installed into the interpreter while it evaluates."""
+    if not hasattr(importlib.metadata.packages_distributions, "cache_info"):
+        importlib.metadata.packages_distributions = functools.cache(importlib.metadata.packages_distributions)
 
 
 def _weights_digest(path: str) -> str:
