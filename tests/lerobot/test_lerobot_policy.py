@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -29,6 +30,7 @@ from helpers import (
 )
 
 from pytest_vlaeval.benchmark.model import resolve_benchmark
+from pytest_vlaeval.lerobot import policy as lerobot_policy
 from pytest_vlaeval.lerobot.checkpoint import CHECKPOINT_FILES, LeRobotCheckpoint
 from pytest_vlaeval.policy.loading import parse_local_policy, parse_policy
 from pytest_vlaeval.policy.sources import Given
@@ -143,6 +145,24 @@ def test_torch_and_lerobot_are_imported_once_at_load_never_per_step() -> None:
         for alias in node.names
     }
     assert not top & {"torch", "lerobot"}
+
+
+def test_the_installed_distributions_are_mapped_once_for_both_of_lerobots_importers(monkeypatch) -> None:
+    """transformers and diffusers each map every installed distribution when LeRobot imports them
+    (about a second each): the load has the second call reuse the first's map."""
+    calls: list[int] = []
+
+    def mapping() -> dict[str, list[str]]:
+        calls.append(1)
+        return {"lerobot": ["lerobot"]}
+
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", mapping)
+    lerobot_policy._map_distributions_once()
+    lerobot_policy._map_distributions_once()  # a second checkpoint's load wraps nothing twice
+    first = importlib.metadata.packages_distributions()
+    assert importlib.metadata.packages_distributions() is first
+    assert calls == [1]
+    assert importlib.metadata.packages_distributions.__wrapped__ is mapping
 
 
 @pytest.mark.parametrize(
