@@ -9,12 +9,17 @@ included, on the same seeds (1000 on):
   size), the fastest of all shown as its best; it renders its first 10 episodes to video whatever
   its flags;
 - ``pytest --policy=lerobot:DIR`` under ``-n 1`` and ``-n 2``, the policy beside the env in each
-  worker (the default where LeRobot's interpreter holds the benchmark), with the pytest plugins
-  a user's install loads (``USERS_PLUGINS``, not this repository's test extra's), ``-n 2``
-  recording every episode's video (``--vla-video=all``, more than lerobot-eval's 10), ``-n 2``
-  served from one process (``--vla-policy-placement=served``, the path before the policy ran beside
-  the env), and ``--vla-lockstep=8`` with batched inference (``lerobot:DIR:batched``);
+  worker (the default where LeRobot's interpreter holds the benchmark), ``-n 2`` recording every
+  episode's video (``--vla-video=all``, more than lerobot-eval's 10), ``-n 2`` served from one
+  process (``--vla-policy-placement=served``, the path before the policy ran beside the env), and
+  ``--vla-lockstep=8`` with batched inference (``lerobot:DIR:batched``);
 - any ``--row "ARGS"`` given: one more row of ours with those pytest arguments.
+
+Every row of ours loads the pytest plugins of a bare install of this package, its own and xdist's
+(``BARE_INSTALL``), in the controller and the workers, not whatever this repository's environment
+holds (its test extra's hypothesis, pytest-html, pytest-metadata, pytest-timeout and typeguard
+cost about half a second in every process of a session; LeRobot's stack's anyio, platformdirs and
+hydra-core plugins, which a user's workers load, about 0.6 s more).
 
 Start-up is the time to the first step: for ``lerobot-eval`` its wall time less its ``eval_s`` (the
 rollouts alone); for ours the first episode's end less the command's start and a typical (median)
@@ -47,10 +52,11 @@ from pytest_vlaeval.install.interpreters import interpreter_python
 ROOT = Path(__file__).resolve().parent.parent
 START_SEED = 1000
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1"}
-USERS_PLUGINS = ["-p", "xdist", "-p", "vlaeval"]
-"""The pytest plugins a user's install loads (this package's and xdist's): our rows load only these,
-not the test extra's (hypothesis, pytest-html, pytest-metadata, ...), which cost about a second in
-every process of a session, its workers' too."""
+BARE_INSTALL = {**OFFLINE, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+"""The environment of our rows, with ``BARE_PLUGINS``: pytest loads only the plugins named, in the
+controller and, inheriting it, the workers."""
+BARE_PLUGINS = ["-p", "xdist", "-p", "vlaeval"]
+"""The pytest plugins of a bare install of this package: its own and xdist's."""
 OURS = (
     ("-n 1", ["-n", "1"], ""),
     ("-n 2", ["-n", "2"], ""),
@@ -108,7 +114,7 @@ def ours(checkpoint: str, episodes: int, name: str, extra: list[str], results: P
         "pytest",
         "-p",
         "no:cacheprovider",
-        *USERS_PLUGINS,
+        *BARE_PLUGINS,
         "-q",
         "--benchmark=pusht",
         f"--policy=lerobot:{checkpoint}",
@@ -118,10 +124,7 @@ def ours(checkpoint: str, episodes: int, name: str, extra: list[str], results: P
     ]
     started_at = datetime.datetime.now(datetime.timezone.utc)
     started = time.perf_counter()
-    only_users_plugins = {**OFFLINE, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=only_users_plugins, cwd=results.parent, check=False
-    )
+    done = subprocess.run(command, capture_output=True, text=True, env=BARE_INSTALL, cwd=results.parent, check=False)
     wall = time.perf_counter() - started
     records = [
         json.loads(line)

@@ -30,7 +30,7 @@ from helpers import (
 )
 
 from pytest_vlaeval.benchmark.model import resolve_benchmark
-from pytest_vlaeval.lerobot import policy as lerobot_policy
+from pytest_vlaeval.lerobot import policy as policy_module
 from pytest_vlaeval.lerobot.checkpoint import CHECKPOINT_FILES, LeRobotCheckpoint
 from pytest_vlaeval.policy.loading import parse_local_policy, parse_policy
 from pytest_vlaeval.policy.sources import Given
@@ -147,9 +147,10 @@ def test_torch_and_lerobot_are_imported_once_at_load_never_per_step() -> None:
     assert not top & {"torch", "lerobot"}
 
 
-def test_the_installed_distributions_are_mapped_once_for_both_of_lerobots_importers(monkeypatch) -> None:
+def test_the_installed_distributions_are_mapped_once_while_a_checkpoint_loads(monkeypatch) -> None:
     """transformers and diffusers each map every installed distribution when LeRobot imports them
-    (about a second each): the load has the second call reuse the first's map."""
+    (about a second each): the load's second call reuses the first's map, and the process gets the
+    function back after it (a long-lived server must not answer from a stale map)."""
     calls: list[int] = []
 
     def mapping() -> dict[str, list[str]]:
@@ -157,12 +158,18 @@ def test_the_installed_distributions_are_mapped_once_for_both_of_lerobots_import
         return {"lerobot": ["lerobot"]}
 
     monkeypatch.setattr(importlib.metadata, "packages_distributions", mapping)
-    lerobot_policy._map_distributions_once()
-    lerobot_policy._map_distributions_once()  # a second checkpoint's load wraps nothing twice
-    first = importlib.metadata.packages_distributions()
-    assert importlib.metadata.packages_distributions() is first
+    with policy_module._distributions_mapped_once():
+        first = importlib.metadata.packages_distributions()
+        assert importlib.metadata.packages_distributions() is first
     assert calls == [1]
-    assert importlib.metadata.packages_distributions.__wrapped__ is mapping
+    assert importlib.metadata.packages_distributions is mapping
+
+    origin = importlib.util.find_spec("pytest_vlaeval.lerobot.policy").origin
+    tree = ast.parse(Path(origin).read_text(encoding="utf-8"))
+    (load,) = (node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "_load")
+    (_docstring, body) = load.body
+    assert isinstance(body, ast.With), "the whole load, LeRobot's imports first, runs inside"
+    assert ast.unparse(body.items[0].context_expr) == "_distributions_mapped_once()"
 
 
 @pytest.mark.parametrize(
