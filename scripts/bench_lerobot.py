@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="two episodes, batch size 2: checks that the script works")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds is a count of runs of every row, at least 1, not {args.rounds}")
     episodes = 2 if args.smoke else args.episodes
     sizes = [2] if args.smoke else [int(size) for size in args.batch_sizes.split(",") if size.strip()]
     python = interpreter_python("lerobot")
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         extra_rows = [(row, shlex.split(row), "") for row in args.row]
         runs: dict[str, list[Row]] = {}
-        for round_ in range(max(1, args.rounds)):
+        for round_ in range(args.rounds):
             for size in (1, *sizes):
                 row = lerobot_eval(python, checkpoint, episodes, size, root / f"lerobot-b{size}-{round_}")
                 runs.setdefault(f"b{size}", []).append(row)

@@ -120,6 +120,30 @@ def gpu_bench():
         sys.path.remove(str(SCRIPTS))
 
 
+@pytest.fixture
+def bench_lerobot():
+    """scripts/bench_lerobot.py as a module."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import bench_lerobot
+
+        yield bench_lerobot
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def test_bench_lerobot_rounds_give_a_row_its_medians_and_the_range_of_its_walls(bench_lerobot) -> None:
+    rounds = [bench_lerobot.Row("`-n 2`", 50.0, 14.0), bench_lerobot.Row("`-n 2`", 40.0, 13.0)]
+    rounds.append(bench_lerobot.Row("`-n 2`", 60.0, 16.0))
+    row = bench_lerobot.median_row(rounds)
+    assert (row.wall, row.startup, row.walls) == (50.0, 14.0, (50.0, 40.0, 60.0))
+    assert bench_lerobot.median_row(rounds[:1]).walls == (), "one round: no range shown"
+    b1, best = bench_lerobot.Row("`b=1`", 100.0, 15.0), bench_lerobot.Row("`b=16`", 75.0, 15.0)
+    assert bench_lerobot.table([row], 16, b1, best)[2] == "| `-n 2` | 50.0 (40.0-60.0) | 14.0 | 0.320 | 2.00x | 1.50x |"
+    refused = run_script("bench_lerobot.py", "--rounds", "0", timeout=60)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].endswith("at least 1, not 0")
+
+
 def episode_record(task: str, seed: int, success: bool, length: int, ret: float, built: bool = False) -> dict:
     return {
         "task": task,

@@ -94,7 +94,7 @@ class _Loaded:
 @functools.cache
 def _load(path: str, env_type: str) -> _Loaded:
     """Load the checkpoint as ``lerobot-eval --policy.path=PATH --env.type=ENV`` does."""
-    with _distributions_mapped_once():
+    with _distributions_mapped_once():  # LeRobot's imports: transformers' and diffusers' calls
         import torch
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.envs.configs import EnvConfig
@@ -107,45 +107,45 @@ def _load(path: str, env_type: str) -> _Loaded:
         from pytest_vlaeval.lerobot.chunks import CHUNKS
         from pytest_vlaeval.lerobot.seeding import BuildDraws
 
-        # The factory's module imported lerobot.policies, whose policies registered their steps: the
-        # registry is every step make_pre_post_processors can build.
-        check_processor_files(Path(path), ProcessorStepRegistry.list())
-        torch.backends.cudnn.benchmark = True  # as lerobot-eval's eval_main sets them (CUDA only)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        env_cfg = EnvConfig.get_choice_class(env_type)()
-        policy_cfg = PreTrainedConfig.from_pretrained(path)
-        policy_cfg.pretrained_path = Path(path)
-        policy_cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
-        cuda = [torch.cuda.current_device()] if policy_cfg.device == "cuda" else []
-        policy, draws = BuildDraws.record(lambda: make_policy(cfg=policy_cfg, env_cfg=env_cfg, rename_map={}), cuda)
-        policy.eval()
-        device = str(policy.config.device)
-        preprocessor, postprocessor = make_pre_post_processors(
-            policy_cfg=policy_cfg,
-            pretrained_path=path,
-            preprocessor_overrides={
-                "device_processor": {"device": device},
-                "rename_observations_processor": {"rename_map": {}},
-            },
-        )
-        env_preprocessor, env_postprocessor = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=policy_cfg)
-        amp = bool(getattr(policy_cfg, "use_amp", False))
-        return _Loaded(
-            torch=torch,
-            preprocess_observation=preprocess_observation,
-            action_key=ACTION,
-            policy=policy,
-            preprocessor=preprocessor,
-            postprocessor=postprocessor,
-            env_preprocessor=env_preprocessor,
-            env_postprocessor=env_postprocessor,
-            device=device,
-            amp=amp,
-            digest=_weights_digest(path),
-            draws=None if policy.config.type in DRAW_NOTHING else draws,
-            chunks=CHUNKS.get(policy.config.type),
-            inputs=_Inputs.of(policy.config, env_type, tuple(key for key in env_cfg.features if key != ACTION)),
-        )
+    # The factory's module imported lerobot.policies, whose policies registered their steps: the
+    # registry is every step make_pre_post_processors can build.
+    check_processor_files(Path(path), ProcessorStepRegistry.list())
+    torch.backends.cudnn.benchmark = True  # as lerobot-eval's eval_main sets them (CUDA only)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    env_cfg = EnvConfig.get_choice_class(env_type)()
+    policy_cfg = PreTrainedConfig.from_pretrained(path)
+    policy_cfg.pretrained_path = Path(path)
+    policy_cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
+    cuda = [torch.cuda.current_device()] if policy_cfg.device == "cuda" else []
+    policy, draws = BuildDraws.record(lambda: make_policy(cfg=policy_cfg, env_cfg=env_cfg, rename_map={}), cuda)
+    policy.eval()
+    device = str(policy.config.device)
+    preprocessor, postprocessor = make_pre_post_processors(
+        policy_cfg=policy_cfg,
+        pretrained_path=path,
+        preprocessor_overrides={
+            "device_processor": {"device": device},
+            "rename_observations_processor": {"rename_map": {}},
+        },
+    )
+    env_preprocessor, env_postprocessor = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=policy_cfg)
+    amp = bool(getattr(policy_cfg, "use_amp", False))
+    return _Loaded(
+        torch=torch,
+        preprocess_observation=preprocess_observation,
+        action_key=ACTION,
+        policy=policy,
+        preprocessor=preprocessor,
+        postprocessor=postprocessor,
+        env_preprocessor=env_preprocessor,
+        env_postprocessor=env_postprocessor,
+        device=device,
+        amp=amp,
+        digest=_weights_digest(path),
+        draws=None if policy.config.type in DRAW_NOTHING else draws,
+        chunks=CHUNKS.get(policy.config.type),
+        inputs=_Inputs.of(policy.config, env_type, tuple(key for key in env_cfg.features if key != ACTION)),
+    )
 
 
 @contextmanager

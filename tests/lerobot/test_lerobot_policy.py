@@ -167,9 +167,13 @@ def test_the_installed_distributions_are_mapped_once_while_a_checkpoint_loads(mo
     origin = importlib.util.find_spec("pytest_vlaeval.lerobot.policy").origin
     tree = ast.parse(Path(origin).read_text(encoding="utf-8"))
     (load,) = (node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "_load")
-    (_docstring, body) = load.body
-    assert isinstance(body, ast.With), "the whole load, LeRobot's imports first, runs inside"
-    assert ast.unparse(body.items[0].context_expr) == "_distributions_mapped_once()"
+    (_docstring, imports, *_built) = load.body
+    assert isinstance(imports, ast.With), "LeRobot's imports, first in the load, run inside"
+    assert ast.unparse(imports.items[0].context_expr) == "_distributions_mapped_once()"
+    every = {ast.unparse(node) for node in ast.walk(load) if isinstance(node, (ast.Import, ast.ImportFrom))}
+    inside = {ast.unparse(node) for node in ast.walk(imports) if isinstance(node, (ast.Import, ast.ImportFrom))}
+    assert "from lerobot.policies.factory import make_policy, make_pre_post_processors" in inside
+    assert every == inside, "an import of the load outside the map's scope"
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,7 @@ policy = LeRobotPolicy(path, "pusht")
 actions, ran_on, names = [], set(), {}
 
 def leaf_ran(module, args, output):  # after the first pass; a global hook runs before a pin's leave
-    if sum(map(len, actions)) and next(module.children(), None) is None and module in names:
+    if sum(map(len, actions)) and threads._is_leaf(module) and module in names:
         ran_on.add((names[module], torch.get_num_threads()))
 
 torch.nn.modules.module.register_module_forward_hook(leaf_ran)
