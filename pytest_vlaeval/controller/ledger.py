@@ -59,6 +59,10 @@ class Ledger:
         pending.discard(nodeid)
         return not pending
 
+    def unsettled(self) -> int:
+        """How many scheduled episodes have no final record yet."""
+        return len(self.scheduled) - len(self.reported)
+
     def unreported(self) -> list[str]:
         """Scheduled episodes no report settled, in node-id order."""
         return sorted(set(self.scheduled) - self.reported)

@@ -35,6 +35,7 @@ from pytest_vlaeval.errors import EpisodeError, HarnessFault, ResultLost, Result
 from pytest_vlaeval.gate.protocol import Gate
 from pytest_vlaeval.gate.verdict import UNDECIDED, VERDICT_PREFIX
 from pytest_vlaeval.printable import terminal_safe
+from pytest_vlaeval.report import chart
 from pytest_vlaeval.results.latest import LatestRecords
 from pytest_vlaeval.results.made_with import MadeWith, hosts_note, made_with, this_machine
 from pytest_vlaeval.results.record import EpisodeRecord, error_record, record_line
@@ -73,6 +74,9 @@ class ResultsController:
         self.progress = Progress(None, {}, live=False)  # replaced at session start
         self.watch: EpisodeWatch | None = None  # started at session start, under xdist
         self.session: pytest.Session | None = None
+        self.workers_started = 0
+        """xdist workers this session started (0 when serial)."""
+        self.chart_warmed = False
 
     # -- what was scheduled --------------------------------------------------------------
 
@@ -93,6 +97,7 @@ class ResultsController:
     def pytest_configure_node(self, node: Any) -> None:
         """Hand every worker the same episode list, chosen once here."""
         node.workerinput[WORKER_PLAN] = sorted(self.run.subset.episodes)
+        self.workers_started += 1
 
     # -- who holds what --------------------------------------------------------------------
 
@@ -200,6 +205,11 @@ class ResultsController:
             # Run nothing more: the affinity scheduler asks the gate; a serial session stops after this episode.
             self.gate_run.stop(completion_command(self.session.config.invocation_params.args, resume=True))
             self.session.shouldstop = stop
+        if not self.chart_warmed and self.ledger.unsettled() < self.workers_started:
+            # Fewer episodes left than workers: a core idles until the end, and the chart's imports
+            # run on it now instead of after the last episode.
+            self.chart_warmed = True
+            chart.warm()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

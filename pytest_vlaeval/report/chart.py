@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ TASK_ROWS = 100
 unreadable and the figure costs seconds per thousand rows, so it shows the tasks not evaluated
 and the lowest SRs, and says so; every task is in ``report.html`` and the canonical JSON."""
 
+_IMPORTING = threading.Lock()
+"""Held while pyplot is imported: a drawing waits for a warm-up's import instead of switching the
+backend of a half-imported pyplot."""
+
 
 def write_chart(summary: RunSummary, per_task: list[TaskResult], path: Path) -> Path | None:
     """Draw the run's success rates; None when there is nothing completed to draw or matplotlib
@@ -32,13 +37,34 @@ def write_chart(summary: RunSummary, per_task: list[TaskResult], path: Path) -> 
     if figure is None:
         path.unlink(missing_ok=True)  # a chart of an earlier session must not stand for this one
         return None
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     image = io.BytesIO()
     figure.savefig(image, format="png", dpi=110)
     plt.close(figure)
     write_bytes_atomic(path, image.getvalue())
     return path
+
+
+def warm() -> threading.Thread | None:
+    """Import what drawing the chart needs (most of its second: ``matplotlib.pyplot``) on a thread
+    of its own, for a session that has a core to spare before its end: the chart is then drawn
+    without it. None where matplotlib is not installed."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
+    thread = threading.Thread(target=_pyplot, name="vlaeval-chart-warm")
+    thread.start()
+    return thread
+
+
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display)."""
+    with _IMPORTING:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _text(value: str) -> str:
@@ -52,11 +78,7 @@ def draw_chart(summary: RunSummary, per_task: list[TaskResult]) -> Any:
     """The chart's matplotlib figure; None when no task has a completed episode."""
     if not per_task:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     axes = summary_axes(summary)
     split_axis, finest = axes[0], axes[-1]
     bars = group_rates(finest, summary)

@@ -1,0 +1,72 @@
+"""The chart's imports warmed ahead of the session's end (``chart.warm``): on a thread of their own,
+started by the controller once fewer episodes are left than workers (a core idles until the end),
+and a drawing that starts while they run waits for them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import read_json, run_dir
+
+SHORT = ["--benchmark=fake.yaml:short", "-p", "no:cacheprovider", "--policy=zero"]
+
+SPY = '''
+"""Each call of ``chart.warm`` in the controller, with how many records the run's store held then."""
+import pathlib
+
+from pytest_vlaeval.report import chart
+
+warm = chart.warm
+
+
+def spied_warm():
+    stored = sum(len(log.read_text().splitlines()) for log in pathlib.Path("results").glob("*/episodes/*.jsonl"))
+    with open("warmed", "a") as calls:
+        calls.write(f"{stored}\\n")
+    return warm()
+
+
+chart.warm = spied_warm
+'''
+
+
+@pytest.mark.parametrize(("workers", "warms"), [(["-n", "2"], True), ([], False)])
+def test_a_session_warms_the_chart_once_fewer_episodes_are_left_than_its_workers(
+    fake: pytest.Pytester, workers: list[str], warms: bool
+) -> None:
+    fake.makeconftest(SPY)
+    result = fake.runpytest_subprocess(*SHORT, *workers)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the zero policy fails every episode
+    summary = read_json(run_dir(fake) / "summary.json")
+    assert (run_dir(fake) / "summary.png").is_file()
+    calls = (fake.path / "warmed").read_text().split() if (fake.path / "warmed").exists() else None
+    if not warms:  # serial: no worker idles, nothing to warm ahead
+        assert calls is None
+    else:  # two workers: warmed once, as the next-to-last episode settled
+        assert calls == [str(summary["n_expected"] - 1)]
+
+
+def test_a_drawing_started_while_the_warm_up_imports_waits_for_it(fake: pytest.Pytester) -> None:
+    fake.runpytest(*SHORT)
+    directory = run_dir(fake)
+    script = textwrap.dedent(
+        f"""
+        import json, pathlib, sys
+        from pytest_vlaeval.report import chart
+        assert "matplotlib.pyplot" not in sys.modules
+        directory = pathlib.Path({str(directory)!r})
+        summary = json.loads((directory / "summary.json").read_text())
+        per_task = [json.loads((directory / f"{{task}}.json").read_text()) for task in summary["tasks"]]
+        thread = chart.warm()
+        figure = chart.draw_chart(summary, per_task)  # the warm-up is still importing
+        thread.join()
+        import matplotlib
+        print(thread.name, matplotlib.get_backend().lower(), len(figure.axes))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["vlaeval-chart-warm", "agg", "2"]
