@@ -33,24 +33,25 @@ chart.warm = spied_warm
 '''
 
 
-@pytest.mark.parametrize(("workers", "warms"), [(["-n", "2"], True), ([], False)])
-def test_a_session_warms_the_chart_once_fewer_episodes_are_left_than_its_workers(
-    fake: pytest.Pytester, workers: list[str], warms: bool
-) -> None:
+def warm_calls(fake: pytest.Pytester) -> list[str]:
+    calls = fake.path / "warmed"
+    return calls.read_text().split() if calls.exists() else []
+
+
+def test_a_session_of_two_workers_warms_the_chart_once_one_episode_is_left(fake: pytest.Pytester) -> None:
     fake.makeconftest(SPY)
-    result = fake.runpytest_subprocess(*SHORT, *workers)
+    result = fake.runpytest_subprocess(*SHORT, "-n", "2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # the zero policy fails every episode
     summary = read_json(run_dir(fake) / "summary.json")
     assert (run_dir(fake) / "summary.png").is_file()
-    calls = (fake.path / "warmed").read_text().split() if (fake.path / "warmed").exists() else None
-    if not warms:  # serial: no worker idles, nothing to warm ahead
-        assert calls is None
-    else:  # two workers: warmed once, as the next-to-last episode settled
-        assert calls == [str(summary["n_expected"] - 1)]
+    assert warm_calls(fake) == [str(summary["n_expected"] - 1)]  # once, as the next-to-last settled
 
 
-def test_a_drawing_started_while_the_warm_up_imports_waits_for_it(fake: pytest.Pytester) -> None:
-    fake.runpytest(*SHORT)
+def test_a_serial_session_warms_nothing_and_a_drawing_waits_for_a_warm_up(fake: pytest.Pytester) -> None:
+    """No worker idles in a serial session; a drawing started while the warm-up imports waits for it."""
+    fake.makeconftest(SPY)
+    assert fake.runpytest_subprocess(*SHORT).ret == pytest.ExitCode.TESTS_FAILED
+    assert warm_calls(fake) == []
     directory = run_dir(fake)
     script = textwrap.dedent(
         f"""
