@@ -7,11 +7,11 @@
 # sessions, servers and simulators they start, so two keep two cores busy; `-n 0` runs serially.
 # --no-loadscope-reorder: files go out in tests/conftest.py's order, the ones marked `minutes` first
 # (longest first), so no file of minutes starts last and runs alone.
-# VLAEVAL_SET_UP=1 skips the setup (a minute even when nothing is missing: each stack's check
+# VLAEVAL_SKIP_SETUP=1 skips the set-up (a minute even when nothing is missing: each stack's check
 # imports it), for a second run on a machine the first one set up, as CI's run of the long cases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${VLAEVAL_SET_UP:-}" != 1 ]; then
+if [ "${VLAEVAL_SKIP_SETUP:-}" != 1 ]; then
     ./scripts/setup.sh --all  # every stack `vlaeval install --list` names
     ./scripts/install_browser.sh
     ./scripts/install_cluster_tools.sh

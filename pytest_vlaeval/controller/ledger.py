@@ -60,7 +60,8 @@ class Ledger:
         return not pending
 
     def unsettled(self) -> int:
-        """How many scheduled episodes have no final record yet."""
+        """How many scheduled episodes have no final record yet (``len(unreported())`` without its
+        sort, for a check at every settled episode)."""
         return len(self.scheduled) - len(self.reported)
 
     def unreported(self) -> list[str]:

@@ -74,9 +74,10 @@ class ResultsController:
         self.progress = Progress(None, {}, live=False)  # replaced at session start
         self.watch: EpisodeWatch | None = None  # started at session start, under xdist
         self.session: pytest.Session | None = None
-        self.workers_started = 0
-        """xdist workers this session started (0 when serial)."""
+        self.worker_count = 0
+        """The session's xdist workers (0 when serial); a worker replaced after a crash is one of them."""
         self.chart_warmed = False
+        """Whether the chart's imports were warmed (``chart.warm``), once per session."""
 
     # -- what was scheduled --------------------------------------------------------------
 
@@ -97,7 +98,10 @@ class ResultsController:
     def pytest_configure_node(self, node: Any) -> None:
         """Hand every worker the same episode list, chosen once here."""
         node.workerinput[WORKER_PLAN] = sorted(self.run.subset.episodes)
-        self.workers_started += 1
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: list[Any]) -> None:
+        self.worker_count = len(specs)
 
     # -- who holds what --------------------------------------------------------------------
 
@@ -205,7 +209,7 @@ class ResultsController:
             # Run nothing more: the affinity scheduler asks the gate; a serial session stops after this episode.
             self.gate_run.stop(completion_command(self.session.config.invocation_params.args, resume=True))
             self.session.shouldstop = stop
-        if not self.chart_warmed and self.ledger.unsettled() < self.workers_started:
+        if not self.chart_warmed and 0 < self.ledger.unsettled() < self.worker_count:
             # Fewer episodes left than workers: a core idles until the end, and the chart's imports
             # run on it now instead of after the last episode.
             self.chart_warmed = True

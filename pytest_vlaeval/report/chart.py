@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import sys
 import threading
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,6 @@ TASK_ROWS = 100
 """The most task rows the chart draws: past that (LIBERO-Plus has 10,030 tasks) a row is
 unreadable and the figure costs seconds per thousand rows, so it shows the tasks not evaluated
 and the lowest SRs, and says so; every task is in ``report.html`` and the canonical JSON."""
-
-_IMPORTING = threading.Lock()
-"""Held while pyplot is imported: a drawing waits for a warm-up's import instead of switching the
-backend of a half-imported pyplot."""
 
 
 def write_chart(summary: RunSummary, per_task: list[TaskResult], path: Path) -> Path | None:
@@ -48,21 +46,28 @@ def write_chart(summary: RunSummary, per_task: list[TaskResult], path: Path) -> 
 def warm() -> threading.Thread | None:
     """Import what drawing the chart needs (most of its second: ``matplotlib.pyplot``) on a thread
     of its own, for a session that has a core to spare before its end: the chart is then drawn
-    without it. None where matplotlib is not installed."""
-    if importlib.util.find_spec("matplotlib") is None:
+    without waiting for the import. None where matplotlib is not installed or pyplot is imported.
+    Not a daemon: one stopped mid-import at the interpreter's exit could hold locks its exit needs."""
+    if "matplotlib.pyplot" in sys.modules or importlib.util.find_spec("matplotlib") is None:
         return None
-    thread = threading.Thread(target=_pyplot, name="vlaeval-chart-warm")
+    thread = threading.Thread(target=_warm_import, name="vlaeval-chart-warm")
     thread.start()
     return thread
 
 
-def _pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend (files only, no display)."""
-    with _IMPORTING:
-        import matplotlib
+def _warm_import() -> None:
+    with suppress(Exception):  # the drawing meets it again, where it is reported
+        _pyplot()
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display). The backend is set before
+    pyplot is imported: a drawing that starts while a warm-up imports finds it set (``use`` is then
+    a no-op) and waits on the module's import lock."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     return plt
 

@@ -35,8 +35,10 @@ def test_a_task_is_done_when_its_last_scheduled_episode_settles(tmp_path: Path) 
     ]
     assert ledger.schedule([("s::A::1", ("A", 1))]) == []  # each worker reports the same collection
     assert ledger.expects("s::A::1") and not ledger.expects("s::C::1")
+    assert ledger.unsettled() == 3
     assert not ledger.settle("s::A::1")
     assert not ledger.expects("s::A::1")
+    assert ledger.unsettled() == 2 == len(ledger.unreported())
     assert ledger.settle("s::A::2")
     assert ledger.unreported() == ["s::B::1"]
 
