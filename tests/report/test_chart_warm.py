@@ -62,7 +62,7 @@ def test_a_serial_session_warms_nothing_and_a_drawing_started_with_a_warm_up_dra
         summary = json.loads((directory / "summary.json").read_text())
         per_task = [json.loads((directory / f"{{task}}.json").read_text()) for task in summary["tasks"]]
         thread = chart.warm()
-        figure = chart.draw_chart(summary, per_task)  # the warm-up is still importing
+        figure = chart.draw_chart(summary, per_task)  # as the warm-up starts (it may not have imported yet)
         thread.join()
         import matplotlib
         print(thread.name, matplotlib.get_backend().lower(), len(figure.axes), chart.warm())
